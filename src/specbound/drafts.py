@@ -57,6 +57,23 @@ class DraftScheme:
         self.check_num_drafts(num_drafts, draft)
         return self.sample_rows(draft, num_drafts, rng)
 
+    def sample_torch(self, draft_probs, num_drafts: int, generator):
+        """Torch twin of ``sample`` (see ``specbound.drafts_torch``).
+        # draft_probs [batch, vocab] tensor -> [batch, num_drafts] long"""
+        from specbound.drafts_torch import SAMPLERS
+
+        if draft_probs.ndim != 2:
+            raise ValueError(f"draft_probs: expected [batch, vocab], got {tuple(draft_probs.shape)}")
+        self.check_num_drafts(num_drafts)
+        if self.needs_distinct_support:
+            smallest = int((draft_probs > 0).sum(dim=-1).min())
+            if num_drafts > smallest:
+                raise ValueError(
+                    f"num_drafts: {num_drafts} distinct drafts requested but a draft_probs row "
+                    f"has only {smallest} tokens with positive probability ({self.name})"
+                )
+        return SAMPLERS[self.name](draft_probs, num_drafts, generator)
+
     def joint_law(self, draft_probs, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact law of the draft tuple of one row: (tuples [K, n], probabilities [K])."""
         draft = as_distributions("draft_probs", draft_probs)
