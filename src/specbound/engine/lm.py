@@ -1,0 +1,204 @@
+"""A causal language model with its KV cache: a committed sequence plus a speculative tree.
+
+The cache holds two parts:
+- the **committed** prefix, positions ``0 .. committed_length − 1``: an ordinary causal
+  sequence;
+- **speculative** entries after it, each with a parent (the previous committed position
+  or an earlier speculative entry). A speculative entry attends to the committed prefix,
+  its speculative ancestors and itself — tree attention — and its position id is its
+  parent's plus one, so a node at depth k of a tree sees exactly the context it would
+  see in a plain sequential forward.
+
+One ``extend_tree`` call scores any number of speculative entries in one forward (a 4D
+additive attention mask, position ids = committed length + depth); ``commit`` then keeps
+the one accepted path and drops every other speculative entry (rollback).
+
+Written against the transformers 5.x cache API: a ``DynamicCache`` whose layers hold
+``keys``/``values`` of shape ``[batch, kv_heads, seq, head_dim]``; a 4D float mask passed
+as ``attention_mask`` is used as given by both the eager and the SDPA attention.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class CausalLM:
+    """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and its cache.
+
+    ``forward_calls`` counts model forwards since the last ``reset``.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model.eval()
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.reset()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
+    def logits_size(self) -> int:
+        """Number of logits per position (the model's vocabulary, padding included)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    def reset(self) -> None:
+        """Forget everything: empty cache, no committed or speculative entries."""
+        self.cache = DynamicCache(config=self.model.config)
+        self.committed_length = 0
+        self.forward_calls = 0
+        self._parents: list[int] = []  # absolute parent position of each speculative entry
+        self._positions: list[int] = []  # position id of each speculative entry
+        self._sees = torch.zeros(0, 0, dtype=torch.bool)  # [spec, spec] ancestor-or-self
+
+    @property
+    def length(self) -> int:
+        """Cached entries, committed and speculative."""
+        return self.committed_length + len(self._parents)
+
+    def extend(self, token_ids, last_only: bool = False) -> torch.Tensor:
+        """Append committed tokens; return their next-token logits.
+
+        Only allowed with no speculative entries (``commit`` first).
+        # token_ids [n] -> logits [n, logits_size] float32 ([1, logits_size] if last_only)
+        """
+        if self._parents:
+            raise ValueError("extend: speculative entries are pending; commit a path first")
+        tokens = self._as_tokens(token_ids)
+        logits = self._forward(tokens, attention_mask=None, position_ids=None, last_only=last_only)
+        self.committed_length += tokens.shape[0]
+        return logits
+
+    def extend_tree(self, token_ids, parents) -> torch.Tensor:
+        """Append speculative entries and score them all in one forward.
+
+        ``parents[i]`` is the absolute cache position of entry i's parent: the last
+        committed position ``committed_length − 1`` (−1 when nothing is committed), an
+        existing speculative entry, or an earlier entry of this call (``length + j``, j < i).
+        # token_ids [n], parents [n] -> logits [n, logits_size] float32
+        """
+        tokens = self._as_tokens(token_ids)
+        parents = [int(parent) for parent in parents]
+        if len(parents) != tokens.shape[0]:
+            raise ValueError(
+                f"parents: expected one parent per token ({tokens.shape[0]}), got {len(parents)}"
+            )
+        start = self.length
+        for index, parent in enumerate(parents):
+            if not self.committed_length - 1 <= parent < start + index:
+                raise ValueError(
+                    f"parents: entry {index} names parent position {parent}, outside "
+                    f"[{self.committed_length - 1}, {start + index})"
+                )
+            self._add_speculative(parent)
+        sees_speculative = self._sees[start - self.committed_length :]  # [n, spec]
+        sees = torch.cat(
+            [torch.ones(tokens.shape[0], self.committed_length, dtype=torch.bool), sees_speculative],
+            dim=1,
+        )  # [n, length]
+        blocked = torch.finfo(self.dtype).min
+        attention_mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(~sees, blocked)
+        position_ids = torch.tensor([self._positions[start - self.committed_length :]])
+        return self._forward(
+            tokens,
+            attention_mask=attention_mask[None, None].to(self.device),
+            position_ids=position_ids.to(self.device),
+            last_only=False,
+        )
+
+    def commit(self, path_positions) -> None:
+        """Keep the speculative entries ``path_positions`` as committed, drop the others.
+
+        ``path_positions`` must be a chain: the first entry's parent is the last committed
+        position, each next entry's parent is the one before it. An empty path rolls the
+        cache back to the committed prefix.
+        """
+        path = [int(position) for position in path_positions]
+        expected_parent = self.committed_length - 1
+        for position in path:
+            offset = position - self.committed_length
+            if not 0 <= offset < len(self._parents) or self._parents[offset] != expected_parent:
+                raise ValueError(
+                    f"path_positions: {path} is not a chain of speculative entries starting "
+                    f"after committed position {self.committed_length - 1}"
+                )
+            expected_parent = position
+        keep = list(range(self.committed_length)) + path
+        if path != list(range(self.committed_length, self.committed_length + len(path))):
+            self._gather(torch.tensor(keep, device=self.device))
+        self._truncate(len(keep))
+        self.committed_length = len(keep)
+        self._parents, self._positions = [], []
+        self._sees = torch.zeros(0, 0, dtype=torch.bool)
+
+    # -- internals -------------------------------------------------------------------
+    def _as_tokens(self, token_ids) -> torch.Tensor:
+        tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
+        if tokens.numel() == 0:
+            raise ValueError("token_ids: expected at least one token")
+        if tokens.min() < 0 or tokens.max() >= self.logits_size:
+            raise ValueError(
+                f"token_ids: ids must lie in [0, {self.logits_size}); got "
+                f"[{int(tokens.min())}, {int(tokens.max())}]"
+            )
+        return tokens
+
+    def _add_speculative(self, parent: int) -> None:
+        offset = parent - self.committed_length  # parent's row among speculative entries
+        size = len(self._parents)
+        row = torch.zeros(size + 1, dtype=torch.bool)
+        if offset >= 0:
+            row[:size] = self._sees[offset]
+        row[size] = True
+        grown = torch.zeros(size + 1, size + 1, dtype=torch.bool)
+        grown[:size, :size] = self._sees
+        grown[size] = row
+        self._sees = grown
+        parent_position = parent if offset < 0 else self._positions[offset]
+        self._parents.append(parent)
+        self._positions.append(parent_position + 1)
+
+    def _forward(self, tokens, attention_mask, position_ids, last_only) -> torch.Tensor:
+        arguments = {
+            "input_ids": tokens[None].to(self.device),
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "use_cache": True,
+            self._cache_argument: self.cache,
+        }
+        if last_only:
+            arguments["logits_to_keep"] = 1
+        with torch.no_grad():
+            logits = self.model(**arguments).logits[0]
+        self.forward_calls += 1
+        return logits.float()
+
+    def _layers(self) -> list[DynamicLayer]:
+        for layer in self.cache.layers:
+            if type(layer) is not DynamicLayer:
+                raise ValueError(
+                    f"model: cache layer {type(layer).__name__} is not a plain DynamicLayer "
+                    "(sliding-window or linear attention); tree rollback needs full attention"
+                )
+        return self.cache.layers
+
+    def _gather(self, keep: torch.Tensor) -> None:
+        for layer in self._layers():
+            layer.keys = layer.keys.index_select(-2, keep)
+            layer.values = layer.values.index_select(-2, keep)
+
+    def _truncate(self, length: int) -> None:
+        for layer in self._layers():
+            if layer.is_initialized:
+                layer.keys = layer.keys[..., :length, :]
+                layer.values = layer.values[..., :length, :]

@@ -1,0 +1,131 @@
+"""Decoding methods: the shape of each step's draft tree and the verifier at each depth.
+
+One engine runs them all (``specbound.engine.decode``); a method only says, for depth
+k = 0, 1, ..., d − 1, how many drafts each node gets, from which draft scheme, and which
+verifier of the registry (``specbound.verifiers``) decides there:
+
+| method           | drafts per depth          | verifier per depth                 | source        |
+|------------------|---------------------------|------------------------------------|---------------|
+| autoregressive   | (none: d = 0)             | (a token from p each step)         |               |
+| chain            | 1, 1, ..., 1 (γ)          | single (speculative sampling)      | [LEV] §1      |
+| tree             | n, n, ..., n (d)          | any multi-draft verifier           | [HU] §6       |
+| batch            | M, 1, ..., 1 (γ)          | rrs at the root, then single       | [YIN] §2      |
+| decoding_opt/uno | 1, 1, ..., 1 (γ)          | decoding_opt / decoding_uno with ε | [YIN] §3      |
+
+Batch SD [YIN Alg. 4]: M independent draft continuations; the M root tokens are tried
+in turn by recursive rejection (RRS with replacement), and once one is accepted only its
+continuation is verified, by plain speculative sampling. Drafting the M roots i.i.d. and
+one chain below each distinct root is that algorithm: continuations below equal roots
+are i.i.d., so sharing one changes no law.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, replace
+
+from specbound.engine.drafters import DraftLevel
+from specbound.verifiers import Verifier, get_verifier
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    branching: tuple[int, ...]  # drafts per node at depth 0, 1, ..., d - 1
+    verifiers: tuple[Verifier, ...]  # the verifier deciding at each depth
+
+    def __post_init__(self):
+        if len(self.branching) != len(self.verifiers):
+            raise ValueError(
+                f"verifiers: one per depth expected ({len(self.branching)}), got {len(self.verifiers)}"
+            )
+        for depth, (num_drafts, verifier) in enumerate(zip(self.branching, self.verifiers)):
+            verifier.check_num_drafts(num_drafts)
+            if num_drafts < 1:
+                raise ValueError(f"branching: depth {depth} has {num_drafts} drafts per node")
+
+    @property
+    def depth(self) -> int:
+        return len(self.branching)
+
+    @property
+    def lossless(self) -> bool:
+        return all(verifier.lossless for verifier in self.verifiers)
+
+    def levels(self, depth: int) -> list[DraftLevel]:
+        """The draft levels of a tree cut to ``depth`` (near the token limit)."""
+        return [
+            DraftLevel(num_drafts, verifier.scheme)
+            for num_drafts, verifier in zip(self.branching[:depth], self.verifiers[:depth])
+        ]
+
+    def verifier_at(self, depth: int, num_drafts: int) -> Verifier:
+        """The verifier for a node at ``depth`` that got ``num_drafts`` drafts.
+
+        A node gets fewer drafts than planned only when its draft law has fewer tokens
+        than a distinct-token scheme needs; with one draft, a verifier fixed to another
+        count (SpecHub) hands over to single-draft speculative sampling.
+        """
+        verifier = self.verifiers[depth]
+        if verifier.fixed_num_drafts not in (None, num_drafts) and num_drafts == 1:
+            return get_verifier("single")
+        return verifier
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return value
+
+
+def autoregressive() -> Method:
+    """One target call per token, sampled from p."""
+    return Method("autoregressive", (), ())
+
+
+def chain(gamma: int = 4, verifier: str = "single", epsilon: float | None = None) -> Method:
+    """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC §6)."""
+    options = {} if epsilon is None else {"epsilon": epsilon}
+    chosen = get_verifier(verifier, **options)
+    return Method("chain", (1,) * _positive("gamma", gamma), (chosen,) * gamma)
+
+
+def tree(num_drafts: int = 2, depth: int = 4, verifier: str = "rrs_without_replacement") -> Method:
+    """``num_drafts`` children per node from the verifier's draft scheme, ``depth`` levels."""
+    chosen = get_verifier(verifier)
+    branching = (_positive("num_drafts", num_drafts),) * _positive("depth", depth)
+    return Method(f"tree-{verifier}", branching, (chosen,) * depth)
+
+
+def batch(num_drafts: int = 4, gamma: int = 4) -> Method:
+    """[YIN] batch speculative decoding: M roots by RRS, then one chain of γ − 1."""
+    branching = (_positive("num_drafts", num_drafts),) + (1,) * (_positive("gamma", gamma) - 1)
+    verifiers = (get_verifier("rrs"),) + (get_verifier("single"),) * (gamma - 1)
+    return Method("batch", branching, verifiers)
+
+
+def decoding_opt(gamma: int = 4, epsilon: float = 0.1) -> Method:
+    """Chain with Decoding-OPT's b = min(1, (p + ε)/q) and residual norm((p − q)+)."""
+    return replace(chain(gamma, "decoding_opt", epsilon), name="decoding_opt")
+
+
+def decoding_uno(gamma: int = 4, epsilon: float = 0.1) -> Method:
+    """Chain with Decoding-UNO's b = min(1, (p + ε)/q), resampling from p."""
+    return replace(chain(gamma, "decoding_uno", epsilon), name="decoding_uno")
+
+
+METHODS = {
+    builder.__name__: builder
+    for builder in [autoregressive, chain, tree, batch, decoding_opt, decoding_uno]
+}
+
+
+def build_method(name: str, **options) -> Method:
+    """Build a method by name; ``options`` it does not take (e.g. ``depth`` for a chain)
+    are ignored, options set to None keep the method's default."""
+    try:
+        builder = METHODS[name]
+    except KeyError:
+        raise ValueError(f"method: unknown method {name!r}; choose one of {sorted(METHODS)}") from None
+    taken = inspect.signature(builder).parameters
+    return builder(**{key: value for key, value in options.items() if key in taken and value is not None})

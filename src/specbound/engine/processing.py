@@ -1,0 +1,96 @@
+"""Logits → probabilities: the one place it happens, shared by target and draft (SPEC §0).
+
+The verifiers are lossless only if the draft probability they are given is exactly the law
+the draft token was drawn from, and if target and draft went through the same processing.
+So both models' logits pass through one ``Processing`` value, and the draft tokens are
+drawn from the very tensor that is later handed to the verifier.
+
+Order of operations (as in Hugging Face ``generate``): drop vocabulary padding, divide by
+the temperature, keep the top-k logits, keep the top-p nucleus, renormalise.
+Temperature 0 is the argmax point mass (ties to the lower token id).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+PROBS_DTYPE = torch.float64
+
+
+@dataclass(frozen=True)
+class Processing:
+    """Temperature, top-k and top-p, applied identically to target and draft logits.
+
+    ``vocab_size``: keep the first ``vocab_size`` logits and drop the rest (padding rows
+    of an embedding matrix that is larger than the tokenizer); None keeps all.
+    Top-k keeps every token tied with the k-th largest logit; top-p keeps the smallest
+    prefix of the tokens sorted by probability whose mass reaches ``top_p``.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    vocab_size: int | None = None
+
+    def __post_init__(self):
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature: expected a finite number, got {self.temperature!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+            raise ValueError(f"top_k: expected a positive integer or None, got {self.top_k!r}")
+        if self.top_p is not None and not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
+        if self.vocab_size is not None and (
+            not isinstance(self.vocab_size, int) or self.vocab_size < 1
+        ):
+            raise ValueError(
+                f"vocab_size: expected a positive integer or None, got {self.vocab_size!r}"
+            )
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Probabilities of the next token.  # [rows, model_vocab] -> [rows, vocab] float64"""
+        if logits.ndim != 2:
+            raise ValueError(f"logits: expected shape [rows, vocab], got {tuple(logits.shape)}")
+        if self.vocab_size is not None:
+            if logits.shape[1] < self.vocab_size:
+                raise ValueError(
+                    f"logits: {logits.shape[1]} columns, fewer than vocab_size {self.vocab_size}"
+                )
+            logits = logits[:, : self.vocab_size]
+        logits = logits.to(PROBS_DTYPE)
+        if self.temperature == 0:
+            return torch.nn.functional.one_hot(
+                logits.argmax(dim=-1), logits.shape[-1]
+            ).to(PROBS_DTYPE)
+        scaled = logits / self.temperature
+        if self.top_k is not None and self.top_k < scaled.shape[-1]:
+            kth_largest = torch.topk(scaled, self.top_k, dim=-1).values[:, -1:]
+            scaled = scaled.masked_fill(scaled < kth_largest, -math.inf)
+        probs = torch.softmax(scaled, dim=-1)
+        if self.top_p is not None and self.top_p < 1:
+            probs = _nucleus(probs, self.top_p)
+        return probs
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the most probable tokens until their mass reaches ``top_p``, renormalise.
+
+    A token is dropped when the mass of the tokens strictly more probable than it (in the
+    stable descending order) already reaches ``top_p``; the most probable token is always
+    kept.  # [rows, vocab] -> [rows, vocab]
+    """
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    kept = probs.masked_fill(drop, 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def sample_tokens(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row drawn from ``probs``.  # [rows, vocab] -> [rows] int64"""
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]

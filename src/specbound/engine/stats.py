@@ -1,0 +1,119 @@
+"""What one decoding run measured: counts, acceptance and wall-clock per phase (SPEC §6).
+
+Vocabulary: a **step** is one round of draft → one target call → verification. It emits
+the accepted draft tokens plus one more token: a **residual** token after a rejection
+(the step counts as one rejection) or a **bonus** token from the target at a leaf that
+was reached. Prefill forwards over the prompt are not counted as calls; their time is
+the ``prefill`` phase.
+
+Phases: ``draft`` (draft forwards, draft processing and sampling, draft cache upkeep),
+``target`` (the target forward and its cache upkeep), ``verify`` (target logits →
+probabilities at the visited nodes, the verifier calls, the bonus draw).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+PHASES = ("prefill", "draft", "target", "verify")
+
+
+@dataclass
+class RunStats:
+    tokens_generated: int = 0
+    steps: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    rejections: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)  # accepted drafts per step
+    attempts_by_position: list[int] = field(default_factory=list)  # verifications at depth k
+    accepts_by_position: list[int] = field(default_factory=list)  # ... that descended
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    wall_seconds: float = 0.0
+
+    @contextmanager
+    def timed(self, phase: str):
+        """Add the wall-clock time of the ``with`` body to ``phase``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] += time.perf_counter() - start
+
+    def record_position(self, depth: int, accepted: bool) -> None:
+        while len(self.attempts_by_position) <= depth:
+            self.attempts_by_position.append(0)
+            self.accepts_by_position.append(0)
+        self.attempts_by_position[depth] += 1
+        self.accepts_by_position[depth] += int(accepted)
+
+    def merge(self, other: RunStats) -> RunStats:
+        """The statistics of both runs together (e.g. over several prompts)."""
+        merged = RunStats(
+            tokens_generated=self.tokens_generated + other.tokens_generated,
+            steps=self.steps + other.steps,
+            target_calls=self.target_calls + other.target_calls,
+            draft_calls=self.draft_calls + other.draft_calls,
+            rejections=self.rejections + other.rejections,
+            accepted_lengths=self.accepted_lengths + other.accepted_lengths,
+            seconds={phase: self.seconds[phase] + other.seconds[phase] for phase in PHASES},
+            wall_seconds=self.wall_seconds + other.wall_seconds,
+        )
+        for stats in (self, other):
+            for depth, (tried, taken) in enumerate(
+                zip(stats.attempts_by_position, stats.accepts_by_position)
+            ):
+                merged.attempts_by_position.extend([0] * (depth + 1 - len(merged.attempts_by_position)))
+                merged.accepts_by_position.extend([0] * (depth + 1 - len(merged.accepts_by_position)))
+                merged.attempts_by_position[depth] += tried
+                merged.accepts_by_position[depth] += taken
+        return merged
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        """Emitted tokens (bonus included) per target forward, prefill excluded."""
+        return self.tokens_generated / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_generated / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """P(the verifier descends | a verification happened at depth k), k = 0, 1, ..."""
+        return [
+            taken / tried if tried else 0.0
+            for tried, taken in zip(self.attempts_by_position, self.accepts_by_position)
+        ]
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted verifications over all verifications (every depth pooled)."""
+        tried = sum(self.attempts_by_position)
+        return sum(self.accepts_by_position) / tried if tried else 0.0
+
+    @property
+    def accepted_length_histogram(self) -> list[int]:
+        """Entry k: number of steps that accepted exactly k draft tokens."""
+        histogram = [0] * (max(self.accepted_lengths, default=-1) + 1)
+        for length in self.accepted_lengths:
+            histogram[length] += 1
+        return histogram
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens_generated": self.tokens_generated,
+            "steps": self.steps,
+            "target_calls": self.target_calls,
+            "draft_calls": self.draft_calls,
+            "rejections": self.rejections,
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "tokens_per_second": self.tokens_per_second,
+            "acceptance_rate": self.acceptance_rate,
+            "acceptance_by_position": self.acceptance_by_position,
+            "accepted_length_histogram": self.accepted_length_histogram,
+            "seconds": dict(self.seconds),
+            "wall_seconds": self.wall_seconds,
+        }
