@@ -75,6 +75,10 @@ class Verifier:
         target, draft = as_target_and_draft(target_probs, draft_probs)
         tokens = None
         if draft_tokens is not None:
+            draft_rows = np.shape(draft_tokens)[0] if np.ndim(draft_tokens) == 2 else 1
+            if target.shape[0] == 1 and draft_rows > 1:  # one distribution, many draft tuples
+                target = np.repeat(target, draft_rows, axis=0)
+                draft = np.repeat(draft, draft_rows, axis=0)
             tokens = as_draft_tokens(draft_tokens, target.shape[0], target.shape[1])
             num_drafts = tokens.shape[1]
         self.check_num_drafts(num_drafts, draft)
@@ -171,7 +175,7 @@ def _rrs_steps(target, draft, tokens, without_replacement, decide):
         mass = np.maximum(current_target[rejected] - current_draft[rejected], 0.0)
         current_target = current_target.copy()
         current_target[rejected] = normalize_mass(mass)
-        if without_replacement:
+        if without_replacement and i + 1 < tokens.shape[1]:
             current_draft = current_draft.copy()
             current_draft[rejected] = normalize_mass(
                 _zeroed(current_draft[rejected], token[rejected, None]), "draft"

@@ -56,7 +56,7 @@ def _rrs(target, draft, tokens, uniforms, without_replacement):
         pending = pending & ~taken
         residual = _normalized((current_target - current_draft).clamp_min(0.0), pending)
         current_target = torch.where(pending[:, None], residual, current_target)
-        if without_replacement:
+        if without_replacement and i + 1 < tokens.shape[1]:
             shrunk = _normalized(current_draft.scatter(1, token, 0.0), pending)
             current_draft = torch.where(pending[:, None], shrunk, current_draft)
     resampled = sample_from_torch(current_target, uniforms[:, -1], pending)
