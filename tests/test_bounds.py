@@ -4,7 +4,7 @@ formula and the fast prefix scan agree with SPEC §4.4's fixtures and with each 
 import numpy as np
 import pytest
 
-from conftest import FIXTURE_A, FIXTURE_B, random_pair
+from instances import FIXTURE_A, FIXTURE_B, random_pair
 from specbound.bounds import (
     MAX_LP_VARIABLES,
     optimal_acceptance_bruteforce,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from conftest import random_pair
+from instances import random_pair
 from specbound.drafts import DRAFT_SCHEMES, get_draft_scheme
 
 SIGNIFICANCE = 1e-3

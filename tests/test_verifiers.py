@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import FIXTURE_A, FIXTURE_B, random_pair
+from instances import FIXTURE_A, FIXTURE_B, random_pair
 from specbound.bounds import optimal_acceptance_bruteforce
 from specbound.drafts import get_draft_scheme
 from specbound.probability import total_variation

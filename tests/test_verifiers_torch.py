@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import random_pair
+from instances import random_pair
 from specbound.drafts import get_draft_scheme
 from specbound.probability import ZeroResidualError
 from specbound.verifiers import VERIFIERS, get_verifier

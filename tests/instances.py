@@ -1,0 +1,16 @@
+"""Test instances: the public SPEC §4.4 fixtures and random (target, draft) pairs with zeros."""
+
+import numpy as np
+
+FIXTURE_A = (np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4]))
+FIXTURE_B = (np.array([0.5, 0.25, 0.15, 0.07, 0.03]), np.array([0.3, 0.3, 0.2, 0.1, 0.1]))
+
+
+def random_pair(rng: np.random.Generator, vocab: int, concentration: float = 0.7, zeros: bool = True):
+    """A (target, draft) pair from Dirichlet(concentration), with some exact zeros in each."""
+    target = rng.dirichlet(np.full(vocab, concentration))
+    draft = rng.dirichlet(np.full(vocab, concentration))
+    if zeros and vocab > 3:
+        target[rng.integers(vocab)] = 0.0
+        draft[rng.integers(vocab)] = 0.0
+    return target / target.sum(), draft / draft.sum()
