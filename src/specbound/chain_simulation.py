@@ -153,3 +153,17 @@ def mean_and_standard_error(values) -> tuple[float, float]:
     if values.size < 2:
         raise ValueError(f"values: need at least 2 samples, got {values.size}")
     return float(values.mean()), float(values.std(ddof=1) / np.sqrt(values.size))
+
+
+def running_mean_and_standard_error(values) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error of the first n values, for n = 1..N (error NaN at n = 1).
+    # [N] -> [N], [N]"""
+    values = np.asarray(values, dtype=np.float64)
+    counts = np.arange(1, values.size + 1)
+    means = np.cumsum(values) / counts
+    squares = np.cumsum(values**2) / counts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variances = np.maximum(squares - means**2, 0.0) * counts / (counts - 1)
+        errors = np.sqrt(variances / counts)
+    errors[0] = np.nan
+    return means, errors

@@ -135,7 +135,9 @@ def check_lookahead(lookahead) -> None:
     if lookahead is None:
         return
     if isinstance(lookahead, bool) or not isinstance(lookahead, (int, np.integer)) or lookahead < 1:
-        raise ValueError(f"lookahead: must be None (K = ∞) or an integer ≥ 1, got {lookahead!r}")
+        raise ValueError(
+            f"lookahead: must be None (K = ∞) or an integer ≥ 1, got {lookahead!r}"
+        )
 
 
 def _total_variation_rows(target_rows: np.ndarray, draft_rows: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ import sys
 
 COMMAND_MODULES = [
     "specbound.commands.accept",
+    "specbound.commands.theory",
 ]
 
 

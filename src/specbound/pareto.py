@@ -25,25 +25,25 @@ from specbound.probability import as_target_and_draft, total_variation
 from specbound.verifiers import get_verifier
 
 
-def as_acceptance(acceptance, shape: tuple[int, int]) -> np.ndarray:
-    """Return ``acceptance`` b as float64 ``[batch, vocab]`` in [0, 1], or raise ValueError."""
-    array = np.asarray(acceptance, dtype=np.float64)
-    if array.ndim == 1:
-        array = array[None, :]
-    try:
-        array = np.broadcast_to(array, shape)
-    except ValueError:
-        raise ValueError(
-            f"acceptance: shape {np.shape(acceptance)} does not match the distributions' {shape}"
-        ) from None
-    if not np.all(np.isfinite(array)) or np.any(array < 0) or np.any(array > 1):
-        raise ValueError("acceptance: every acceptance probability b(x) must lie in [0, 1]")
-    return array
-
-
 def _checked(target_probs, draft_probs, acceptance):
+    """Checked (target, draft, b), all ``[batch, vocab]``; a single row broadcasts against a
+    batch of the others. Raises ValueError unless b has a matching shape and lies in [0, 1]."""
     target, draft = as_target_and_draft(target_probs, draft_probs)
-    return target, draft, as_acceptance(acceptance, target.shape)
+    weights = np.asarray(acceptance, dtype=np.float64)
+    if weights.ndim == 1:
+        weights = weights[None, :]
+    try:
+        shape = np.broadcast_shapes(target.shape, weights.shape)
+    except ValueError:
+        shape = None
+    if shape is None or len(shape) != 2:
+        raise ValueError(
+            f"acceptance: shape {np.shape(acceptance)} does not match the distributions' "
+            f"{target.shape}"
+        )
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or np.any(weights > 1):
+        raise ValueError("acceptance: every acceptance probability b(x) must lie in [0, 1]")
+    return tuple(np.broadcast_to(array, shape) for array in (target, draft, weights))
 
 
 def rejection_probability(target_probs, draft_probs, acceptance) -> np.ndarray:
@@ -89,7 +89,8 @@ def output_law(target_probs, draft_probs, acceptance, resampling_probs) -> np.nd
 def bias(target_probs, draft_probs, acceptance, resampling_probs) -> np.ndarray:
     """TV(O, p) of the algorithm (b, R).  # -> [batch]"""
     target, _ = as_target_and_draft(target_probs, draft_probs)
-    return total_variation(output_law(target_probs, draft_probs, acceptance, resampling_probs), target)
+    output = output_law(target_probs, draft_probs, acceptance, resampling_probs)
+    return total_variation(output, target)
 
 
 def front_acceptance(target_probs, draft_probs, fraction: float) -> np.ndarray:
@@ -129,7 +130,9 @@ def epsilon_sweep(target_probs, draft_probs, epsilons, method: str = "decoding_o
     printed code).
     """
     if method not in SWEEP_METHODS:
-        raise ValueError(f"method: unknown method {method!r}; choose one of {sorted(SWEEP_METHODS)}")
+        raise ValueError(
+            f"method: unknown method {method!r}; choose one of {sorted(SWEEP_METHODS)}"
+        )
     target, draft = as_target_and_draft(target_probs, draft_probs)
     if target.shape[0] != 1:
         raise ValueError(f"target_probs: epsilon_sweep takes one row, got {target.shape[0]}")
