@@ -205,7 +205,7 @@ def test_unaccepted_root_mass_follows_the_normalised_residual_chain():
         for num_drafts in range(1, 7):
             product *= 0.5 * np.abs(residual_law - draft).sum()
             residual_law = residual(residual_law, draft)
-            mass = unaccepted_root_mass(target, draft, num_drafts)
+            mass = unaccepted_root_mass(target, draft, num_drafts)[0]
             assert mass.sum() == pytest.approx(product, abs=1e-12)
             np.testing.assert_allclose(mass, product * residual_law[0], atol=1e-12)
 
@@ -229,7 +229,7 @@ def test_rejection_product_reaches_target_mass_outside_the_draft_support():
         enough = math.ceil(np.max(target[2:] / (outside * draft[2:]))) + 1
         assert batch_rejection_probability(target, draft, math.inf) == pytest.approx(outside, abs=1e-15)
         assert batch_rejection_probability(target, draft, enough) == pytest.approx(outside, abs=1e-12)
-        assert batch_rejection_probability(target, draft, 1) >= outside
+        assert batch_rejection_probability(target, draft, 1) >= outside - 1e-15
     nested = batch_rejection_probability(np.array([0.5, 0.5, 0, 0]), np.full(4, 0.25), 60)
     assert 0 < nested < 1e-17
 
@@ -337,3 +337,12 @@ def test_closed_forms_refuse_impossible_parameters():
         bernoulli_batch_improvement(1.2, 0.5, 2)
     with pytest.raises(ValueError, match="target_support_size"):
         uniform_batch_improvement(4, 5, 2)
+
+
+def test_single_token_batch_functions_check_their_distributions():
+    with pytest.raises(ValueError, match="target_probs.*sum to 1"):
+        batch_improvement([0.5, 0.6], [0.5, 0.5], 2)
+    with pytest.raises(ValueError, match="draft_probs: vocabulary size"):
+        batch_rejection_probability([0.5, 0.5], [0.2, 0.3, 0.5], 2)
+    with pytest.raises(ValueError, match="num_drafts"):
+        unaccepted_root_mass([0.5, 0.5], [0.5, 0.5], 0)

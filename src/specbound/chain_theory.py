@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbound.probability import as_distributions
+from specbound.probability import as_distributions, as_target_and_draft
 
 
 @dataclass(frozen=True)
@@ -145,23 +145,8 @@ def _total_variation_rows(target_rows: np.ndarray, draft_rows: np.ndarray) -> np
     return np.maximum(target_rows - draft_rows, 0.0).sum(axis=-1)
 
 
-def unaccepted_root_mass(target_rows, draft_rows, num_drafts) -> np.ndarray:
-    """Π_m r_m · p^{M+1}: the target mass that recursive rejection with M i.i.d. drafts fails
-    to accept, as an unnormalised law of the residual token it then emits (SPEC §2).
-
-    Residual chain p¹ = p, p^{m+1} = norm((p^m − q)+), r_m = TV(p^m, q). In unnormalised form
-    u¹ = p, u^{m+1} = (u^m − |u^m| q)+ with |u^m| = Π_{k<m} r_k, so the total mass of the
-    result is Π_{m≤M} r_m = P(all M drafts rejected), and no normalisation can divide by zero.
-
-    ``num_drafts = math.inf`` gives the limit p · 1[q = 0]: once every draft-supported token's
-    residual mass is used up (finitely many steps while mass outside supp q remains, and the
-    product tends to 0 when there is none), only the target mass the draft can never propose
-    is left. So Π r_m → p(supp(q)ᶜ), which is 0 exactly when supp p ⊆ supp q.
-    # [..., vocab] x2 -> [..., vocab]
-    """
-    check_num_drafts(num_drafts)
-    target_rows = np.asarray(target_rows, dtype=np.float64)
-    draft_rows = np.asarray(draft_rows, dtype=np.float64)
+def _unaccepted_root_mass(target_rows, draft_rows, num_drafts) -> np.ndarray:
+    """``unaccepted_root_mass`` on unchecked rows of any batch shape.  # [..., V] x2 -> [..., V]"""
     if num_drafts == math.inf:
         return np.where(draft_rows > 0, 0.0, target_rows)
     mass = target_rows
@@ -170,16 +155,37 @@ def unaccepted_root_mass(target_rows, draft_rows, num_drafts) -> np.ndarray:
     return mass
 
 
+def unaccepted_root_mass(target_probs, draft_probs, num_drafts) -> np.ndarray:
+    """Π_m r_m · p^{M+1}: the target mass that recursive rejection with M i.i.d. drafts fails
+    to accept, as an unnormalised law of the residual token it then emits (SPEC §2).
+
+    Residual chain p¹ = p, p^{m+1} = norm((p^m − q)+), r_m = TV(p^m, q). In unnormalised form
+    u¹ = p, u^{m+1} = (u^m − |u^m| q)+ with |u^m| = Π_{k<m} r_k, so the total mass of the
+    result is Π_{m≤M} r_m = P(all M drafts rejected), and no normalisation can divide by zero.
+
+    ``num_drafts = math.inf`` gives the limit p · 1[q = 0]: every rejected draft removes at
+    least |u^m| q(y) ≥ p(supp(q)ᶜ) q(y) from the mass at a draft-supported y, so that mass is
+    used up after finitely many drafts when p(supp(q)ᶜ) > 0 (and the product tends to 0 when
+    it is 0). So Π r_m → p(supp(q)ᶜ), which is 0 exactly when supp p ⊆ supp q.
+    # [batch, vocab] x2 -> [batch, vocab]
+    """
+    check_num_drafts(num_drafts)
+    target, draft = as_target_and_draft(target_probs, draft_probs)
+    return _unaccepted_root_mass(target, draft, num_drafts)
+
+
 def batch_rejection_probability(target_probs, draft_probs, num_drafts) -> np.ndarray:
-    """Π_{m≤M} TV(p^m, q): P(recursive rejection rejects all M i.i.d. drafts).  # -> [...]"""
+    """Π_{m≤M} TV(p^m, q): P(recursive rejection rejects all M i.i.d. drafts).  # -> [batch]"""
     return unaccepted_root_mass(target_probs, draft_probs, num_drafts).sum(axis=-1)
 
 
 def batch_improvement(target_probs, draft_probs, num_drafts) -> np.ndarray:
-    """Single-token batch improvement BI = TV(p, q) − Π_{m≤M} TV(p^m, q) [YIN Prop. 1]."""
-    return _total_variation_rows(
-        np.asarray(target_probs, dtype=np.float64), np.asarray(draft_probs, dtype=np.float64)
-    ) - batch_rejection_probability(target_probs, draft_probs, num_drafts)
+    """Single-token batch improvement BI = TV(p, q) − Π_{m≤M} TV(p^m, q) [YIN Prop. 1].
+    # [batch, vocab] x2 -> [batch]"""
+    target, draft = as_target_and_draft(target_probs, draft_probs)
+    return _total_variation_rows(target, draft) - batch_rejection_probability(
+        target, draft, num_drafts
+    )
 
 
 def bernoulli_batch_improvement(draft_mean: float, target_mean: float, num_drafts) -> float:
@@ -248,7 +254,7 @@ def batch_expected_rejections(chain: MarkovChainPair, num_drafts) -> ExpectedCos
     check_num_drafts(num_drafts)
     target, draft = chain.target_transitions, chain.draft_transitions
     excess = np.maximum(target - draft, 0.0)  # H_t, [T, V, V]
-    unaccepted = unaccepted_root_mass(target, draft, num_drafts)  # U_t, [T, V, V]
+    unaccepted = _unaccepted_root_mass(target, draft, num_drafts)  # U_t, [T, V, V]
     tv = excess.sum(axis=-1)  # [T, V]
     root_rejection = unaccepted.sum(axis=-1)  # Π_m r_m, [T, V]
     law = chain.prompt_probs  # m_{t-1}
@@ -280,7 +286,7 @@ def lookahead_expected_cost(
     lookahead = lookahead or chain.horizon
     target, draft = chain.target_transitions, chain.draft_transitions
     excess = np.maximum(target - draft, 0.0)  # rejection mass after a root, [T, V, V]
-    unaccepted = unaccepted_root_mass(target, draft, num_drafts)  # at a root, [T, V, V]
+    unaccepted = _unaccepted_root_mass(target, draft, num_drafts)  # at a root, [T, V, V]
     overlap = np.minimum(target, draft)  # acceptance mass after a root, [T, V, V]
     offsets = np.zeros((chain.vocab_size, lookahead + 1))  # G_t, [V, γ + 1]
     offsets[:, 0] = chain.prompt_probs

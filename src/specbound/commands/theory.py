@@ -195,8 +195,9 @@ def run_drafts(args) -> int:
 
 def _improvement_curve(target, draft, closed_form, drafts) -> tuple[list, list, float]:
     """(closed form per M, general formula TV − Π r_m per M, general formula at M = ∞)."""
-    general = [float(batch_improvement(target, draft, m)) for m in drafts]
-    return [closed_form(m) for m in drafts], general, float(batch_improvement(target, draft, math.inf))
+    general = [float(batch_improvement(target, draft, m)[0]) for m in drafts]
+    limit = float(batch_improvement(target, draft, math.inf)[0])
+    return [closed_form(m) for m in drafts], general, limit
 
 
 def run_improvement(args) -> int:
