@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -59,7 +60,7 @@ class CausalLM:
         self.forward_calls = 0
         self._parents: list[int] = []  # absolute parent position of each speculative entry
         self._positions: list[int] = []  # position id of each speculative entry
-        self._sees = torch.zeros(0, 0, dtype=torch.bool)  # [spec, spec] ancestor-or-self
+        self._ancestors: list[list[int]] = []  # speculative ancestors-or-self of each entry
 
     @property
     def length(self) -> int:
@@ -100,15 +101,18 @@ class CausalLM:
                     f"parents: entry {index} names parent position {parent}, outside "
                     f"[{self.committed_length - 1}, {start + index})"
                 )
+        for parent in parents:
             self._add_speculative(parent)
-        sees_speculative = self._sees[start - self.committed_length :]  # [n, spec]
-        sees = torch.cat(
-            [torch.ones(tokens.shape[0], self.committed_length, dtype=torch.bool), sees_speculative],
-            dim=1,
-        )  # [n, length]
+        first_new = start - self.committed_length
+        sees = np.zeros((tokens.shape[0], self.length), dtype=bool)  # [n, length]
+        sees[:, : self.committed_length] = True
+        for row, ancestors in enumerate(self._ancestors[first_new:]):
+            sees[row, [self.committed_length + offset for offset in ancestors]] = True
         blocked = torch.finfo(self.dtype).min
-        attention_mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(~sees, blocked)
-        position_ids = torch.tensor([self._positions[start - self.committed_length :]])
+        attention_mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(
+            ~torch.from_numpy(sees), blocked
+        )
+        position_ids = torch.tensor([self._positions[first_new:]])
         return self._forward(
             tokens,
             attention_mask=attention_mask[None, None].to(self.device),
@@ -138,8 +142,7 @@ class CausalLM:
             self._gather(torch.tensor(keep, device=self.device))
         self._truncate(len(keep))
         self.committed_length = len(keep)
-        self._parents, self._positions = [], []
-        self._sees = torch.zeros(0, 0, dtype=torch.bool)
+        self._parents, self._positions, self._ancestors = [], [], []
 
     # -- internals -------------------------------------------------------------------
     def _as_tokens(self, token_ids) -> torch.Tensor:
@@ -154,19 +157,11 @@ class CausalLM:
         return tokens
 
     def _add_speculative(self, parent: int) -> None:
-        offset = parent - self.committed_length  # parent's row among speculative entries
-        size = len(self._parents)
-        row = torch.zeros(size + 1, dtype=torch.bool)
-        if offset >= 0:
-            row[:size] = self._sees[offset]
-        row[size] = True
-        grown = torch.zeros(size + 1, size + 1, dtype=torch.bool)
-        grown[:size, :size] = self._sees
-        grown[size] = row
-        self._sees = grown
-        parent_position = parent if offset < 0 else self._positions[offset]
+        offset = parent - self.committed_length  # parent's index among speculative entries
+        own = len(self._parents)
+        self._ancestors.append((self._ancestors[offset] if offset >= 0 else []) + [own])
+        self._positions.append((parent if offset < 0 else self._positions[offset]) + 1)
         self._parents.append(parent)
-        self._positions.append(parent_position + 1)
 
     def _forward(self, tokens, attention_mask, position_ids, last_only) -> torch.Tensor:
         arguments = {

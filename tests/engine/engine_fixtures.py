@@ -1,0 +1,120 @@
+"""Tiny random-weight language models and exact-law helpers for the engine tests.
+
+Vocabulary of 6 tokens (token 0 is EOS), 2 layers, hidden size 16, fixed seeds. The
+output head is scaled so that next-token laws are far from uniform, and the draft is a
+noisy copy of the target so that acceptance is neither 0 nor 1 (about 0.7 per token on a
+chain, 0.9 on a 2-draft tree): deep tree paths, residual tokens and bonus tokens all
+occur often.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import numpy as np
+import torch
+from scipy import stats as scipy_stats
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+VOCAB = 6
+EOS = 0
+SIGNIFICANCE = 0.001
+
+
+def tiny_config(architecture="qwen2", vocab_size=VOCAB, attention="sdpa", num_layers=2):
+    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[architecture]
+    config = config_class(
+        vocab_size=vocab_size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    config._attn_implementation = attention
+    return config
+
+
+def tiny_model(seed, architecture="qwen2", vocab_size=VOCAB, attention="sdpa", num_layers=2,
+               head_scale=8.0):
+    torch.manual_seed(seed)
+    model_class = {"qwen2": Qwen2ForCausalLM, "llama": LlamaForCausalLM}[architecture]
+    model = model_class(tiny_config(architecture, vocab_size, attention, num_layers)).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    return model
+
+
+def noisy_copy(model, seed: int, noise: float):
+    """A draft model: the target's weights plus Gaussian noise of relative size ``noise``."""
+    generator = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in draft.parameters():
+            scale = parameter.abs().mean()
+            parameter.add_(noise * scale * torch.randn(parameter.shape, generator=generator))
+    return draft
+
+
+def exact_sequence_law(model, prompt, processing, num_tokens, eos=EOS) -> dict[tuple, float]:
+    """Law of the next ``num_tokens`` tokens under ``model`` with ``processing``, stopping
+    at EOS, by enumeration with plain full forwards (no cache, no engine code)."""
+    law = {(): 1.0}
+    finished = {}
+    for _ in range(num_tokens):
+        prefixes = list(law)
+        inputs = torch.tensor([list(prompt) + list(prefix) for prefix in prefixes])
+        with torch.no_grad():
+            logits = model(input_ids=inputs).logits[:, -1].float()
+        probs = processing.probs(logits).numpy()
+        grown = {}
+        for prefix, row in zip(prefixes, probs):
+            for token in np.flatnonzero(row > 0):
+                sequence = prefix + (int(token),)
+                mass = law[prefix] * row[token]
+                (finished if token == eos else grown)[sequence] = mass
+        law = grown
+    return {**finished, **law}
+
+
+def pooled_cells(law: dict, samples: int, min_expected: float = 5.0) -> list[list[tuple]]:
+    """Group the law's cells so every group's expected count is >= ``min_expected``: all
+    cells below it (and, if their pool is still too small, the next smallest) form one
+    pooled group; every other cell is its own group."""
+    cells = sorted(law, key=law.get)
+    small = [cell for cell in cells if law[cell] * samples < min_expected]
+    rest = cells[len(small) :]
+    while small and rest and sum(law[cell] for cell in small) * samples < min_expected:
+        small.append(rest.pop(0))
+    return ([small] if small else []) + [[cell] for cell in rest]
+
+
+def group_probs(law: dict, groups: list[list[tuple]]) -> np.ndarray:
+    return np.array([sum(law.get(cell, 0.0) for cell in group) for group in groups])
+
+
+def chi_square_pvalue(samples: list[tuple], law: dict) -> float:
+    """Pooled χ² goodness of fit of sampled sequences to an exact law; a sample outside the
+    law's support fails at once."""
+    counts = Counter(samples)
+    outside = set(counts) - set(law)
+    assert not outside, f"sequences with zero probability were generated: {sorted(outside)[:5]}"
+    groups = pooled_cells(law, len(samples))
+    observed = np.array([sum(counts.get(cell, 0) for cell in group) for group in groups])
+    expected = group_probs(law, groups)
+    return float(scipy_stats.chisquare(observed, expected / expected.sum() * len(samples)).pvalue)
+
+
+def chi_square_power(law: dict, alternative_law: dict, samples: int, level=SIGNIFICANCE) -> float:
+    """Power of ``chi_square_pvalue`` at ``level`` with this many samples when they really
+    come from ``alternative_law`` (noncentral χ² approximation)."""
+    groups = pooled_cells(law, samples)
+    null_probs = group_probs(law, groups)
+    alternative_probs = group_probs(alternative_law, groups)
+    degrees = len(groups) - 1
+    noncentrality = samples * np.sum((alternative_probs - null_probs) ** 2 / null_probs)
+    critical = scipy_stats.chi2.ppf(1 - level, degrees)
+    return float(scipy_stats.ncx2.sf(critical, degrees, noncentrality))

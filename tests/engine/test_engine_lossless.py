@@ -1,0 +1,140 @@
+"""End to end, every lossless method generates the target model's exact sequence law.
+
+The law of the next 3 tokens (stopping at EOS) is enumerated with plain full forwards of
+the tiny target model; the engine's samples are compared with a pooled χ² test at level
+SIGNIFICANCE = 0.001 (cells pooled to expected counts >= 5). With 3 new tokens a depth-2
+tree is used to its full depth, so residual tokens at every depth, bonus tokens at a
+leaf, EOS stops and the max-length cut all occur.
+
+Power, stated and checked in ``test_the_check_has_power``: with SAMPLES = 400 sequences
+the test rejects the draft model's own sequence law (sequence TV 0.50) with probability
+> 0.99 and a 20% contamination of the target law with the draft law (TV 0.10) with
+probability about 0.78 (noncentral χ²). So these tests catch gross losses of exactness —
+a wrong residual, a missing bonus, a draft law that differs from the sampled one — not
+subtle ones; the verifiers' own exact tests cover the single-step math.
+"""
+
+import pytest
+import torch
+
+from engine_fixtures import (
+    EOS,
+    VOCAB,
+    SIGNIFICANCE,
+    chi_square_power,
+    chi_square_pvalue,
+    exact_sequence_law,
+)
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
+from specbound.engine.methods import build_method
+from specbound.verifiers import get_verifier
+
+PROMPT = [1]
+LOOKUP_PROMPT = [1, 2, 1]  # prompt lookup finds the earlier 1 and proposes 2, 1
+NEW_TOKENS = 3
+SAMPLES = 400
+
+
+def sample_sequences(decoder, method, prompt=PROMPT, new_tokens=NEW_TOKENS, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        tuple(decoder.generate(prompt, method, new_tokens, generator).tokens) for _ in range(SAMPLES)
+    ]
+
+
+def model_decoder(target_model, draft_model, processing):
+    drafter = ModelDrafter(CausalLM(draft_model), processing)
+    return Decoder(CausalLM(target_model), drafter, processing, eos_token_ids=[EOS])
+
+
+LOSSLESS_CASES = {
+    "autoregressive": ("autoregressive", {}, Processing()),
+    "chain": ("chain", {"gamma": 2}, Processing()),
+    "tree-rrs_without_replacement": (
+        "tree", {"num_drafts": 2, "depth": 2, "verifier": "rrs_without_replacement"}, Processing()),
+    # with replacement: equal drafts share a subtree; K-SEQ runs the numpy reference path
+    "tree-kseq": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "kseq"}, Processing()),
+    # top-p leaves some nodes with a one-token draft law: SpecHub hands over to one draft
+    "tree-spechub-top_p": (
+        "tree", {"num_drafts": 2, "depth": 2, "verifier": "spechub"},
+        Processing(temperature=0.8, top_p=0.8)),
+    "batch": ("batch", {"num_drafts": 3, "gamma": 2}, Processing()),
+}
+SLOW_CASES = {
+    "decoding_opt-epsilon0": ("decoding_opt", {"gamma": 2, "epsilon": 0.0}, Processing()),
+    "tree-rrs-3": ("tree", {"num_drafts": 3, "depth": 2, "verifier": "rrs"}, Processing()),
+    "tree-greedy-3": ("tree", {"num_drafts": 3, "depth": 2, "verifier": "greedy"}, Processing()),
+    "tree-optimal-2": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "optimal"}, Processing()),
+    "tree-rrs_without_replacement-top_k": (
+        "tree", {"num_drafts": 3, "depth": 2, "verifier": "rrs_without_replacement"},
+        Processing(top_k=2)),
+}
+
+
+def check_lossless(case, target_model, draft_model):
+    name, options, processing = case
+    method = build_method(name, **options)
+    samples = sample_sequences(model_decoder(target_model, draft_model, processing), method)
+    law = exact_sequence_law(target_model, PROMPT, processing, NEW_TOKENS)
+    pvalue = chi_square_pvalue(samples, law)
+    assert pvalue > SIGNIFICANCE, f"{name} {options}: χ² p-value {pvalue:.2e}"
+
+
+@pytest.mark.parametrize("case", LOSSLESS_CASES.values(), ids=LOSSLESS_CASES.keys())
+def test_method_generates_the_target_sequence_law(case, target_model, draft_model):
+    check_lossless(case, target_model, draft_model)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLOW_CASES.values(), ids=SLOW_CASES.keys())
+def test_more_tree_verifiers_generate_the_target_sequence_law(case, target_model, draft_model):
+    check_lossless(case, target_model, draft_model)
+
+
+def test_prompt_lookup_chain_generates_the_target_sequence_law(target_model):
+    processing = Processing()
+    drafter = PromptLookupDrafter(vocab_size=VOCAB)
+    decoder = Decoder(CausalLM(target_model), drafter, processing, eos_token_ids=[EOS])
+    samples = sample_sequences(decoder, build_method("chain", gamma=2), prompt=LOOKUP_PROMPT)
+    law = exact_sequence_law(target_model, LOOKUP_PROMPT, processing, NEW_TOKENS)
+    assert chi_square_pvalue(samples, law) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize(
+    "verifier", ["decoding_opt", pytest.param("decoding_uno", marks=pytest.mark.slow)]
+)
+def test_biased_chain_emits_the_verifiers_output_law(verifier, target_model, draft_model):
+    """With ε > 0 the first token's law is the verifier's O = b·q + R·Σ(1 − b)q [YIN §3]
+    (not p), and the second token — a bonus or a fresh step — is exact given the first:
+    law(y, z) = O(y)·p(z | y). Two new tokens, so the step's depth is cut to 1."""
+    processing = Processing()
+    epsilon = 0.3
+    method = build_method(verifier, gamma=2, epsilon=epsilon)
+    samples = sample_sequences(model_decoder(target_model, draft_model, processing), method,
+                               new_tokens=2)
+    with torch.no_grad():
+        target_root = processing.probs(target_model(input_ids=torch.tensor([PROMPT])).logits[:, -1])
+        draft_root = processing.probs(draft_model(input_ids=torch.tensor([PROMPT])).logits[:, -1])
+    first_law = get_verifier(verifier, epsilon=epsilon).output_distribution(
+        target_root.numpy(), draft_root.numpy())[0]
+    target_law = exact_sequence_law(target_model, PROMPT, processing, 2)
+    law = {}
+    for sequence, mass in target_law.items():
+        first_prob = target_root[0, sequence[0]].item()
+        law[sequence] = first_law[sequence[0]] * mass / first_prob
+    assert sum(law.values()) == pytest.approx(1.0)
+    assert chi_square_pvalue(samples, law) > SIGNIFICANCE
+    # and the bias is visible: the samples do not follow the target's own law
+    assert chi_square_pvalue(samples, target_law) < SIGNIFICANCE
+
+
+def test_the_check_has_power(target_model, draft_model):
+    processing = Processing()
+    target_law = exact_sequence_law(target_model, PROMPT, processing, NEW_TOKENS)
+    draft_law = exact_sequence_law(draft_model, PROMPT, processing, NEW_TOKENS)
+    contaminated = {
+        cell: 0.8 * target_law.get(cell, 0.0) + 0.2 * draft_law.get(cell, 0.0)
+        for cell in set(target_law) | set(draft_law)
+    }
+    assert chi_square_power(target_law, draft_law, SAMPLES) > 0.99
+    assert chi_square_power(target_law, contaminated, SAMPLES) > 0.7
