@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES = [
     "specbound.commands.accept",
     "specbound.commands.theory",
+    "specbound.commands.run",
 ]
 
 

@@ -22,7 +22,7 @@ are i.i.d., so sharing one changes no law.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specbound.engine.drafters import DraftLevel
 from specbound.verifiers import Verifier, get_verifier
@@ -83,35 +83,40 @@ def autoregressive() -> Method:
     return Method("autoregressive", (), ())
 
 
-def chain(gamma: int = 4, verifier: str = "single", epsilon: float | None = None) -> Method:
+def _chain(label: str, gamma: int, verifier: Verifier) -> Method:
+    gamma = _positive("gamma", gamma)
+    return Method(label, (1,) * gamma, (verifier,) * gamma)
+
+
+def chain(gamma: int = 4) -> Method:
     """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC §6)."""
-    options = {} if epsilon is None else {"epsilon": epsilon}
-    chosen = get_verifier(verifier, **options)
-    return Method("chain", (1,) * _positive("gamma", gamma), (chosen,) * gamma)
+    return _chain(f"chain γ={gamma}", gamma, get_verifier("single"))
 
 
-def tree(num_drafts: int = 2, depth: int = 4, verifier: str = "rrs_without_replacement") -> Method:
+def tree(num_drafts: int = 2, depth: int = 3, verifier: str = "rrs_without_replacement") -> Method:
     """``num_drafts`` children per node from the verifier's draft scheme, ``depth`` levels."""
     chosen = get_verifier(verifier)
     branching = (_positive("num_drafts", num_drafts),) * _positive("depth", depth)
-    return Method(f"tree-{verifier}", branching, (chosen,) * depth)
+    return Method(f"tree {num_drafts}×{depth} {verifier}", branching, (chosen,) * depth)
 
 
 def batch(num_drafts: int = 4, gamma: int = 4) -> Method:
     """[YIN] batch speculative decoding: M roots by RRS, then one chain of γ − 1."""
     branching = (_positive("num_drafts", num_drafts),) + (1,) * (_positive("gamma", gamma) - 1)
     verifiers = (get_verifier("rrs"),) + (get_verifier("single"),) * (gamma - 1)
-    return Method("batch", branching, verifiers)
+    return Method(f"batch M={num_drafts} γ={gamma}", branching, verifiers)
 
 
 def decoding_opt(gamma: int = 4, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-OPT's b = min(1, (p + ε)/q) and residual norm((p − q)+)."""
-    return replace(chain(gamma, "decoding_opt", epsilon), name="decoding_opt")
+    return _chain(f"decoding_opt γ={gamma} ε={epsilon:g}", gamma,
+                  get_verifier("decoding_opt", epsilon=epsilon))
 
 
 def decoding_uno(gamma: int = 4, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-UNO's b = min(1, (p + ε)/q), resampling from p."""
-    return replace(chain(gamma, "decoding_uno", epsilon), name="decoding_uno")
+    return _chain(f"decoding_uno γ={gamma} ε={epsilon:g}", gamma,
+                  get_verifier("decoding_uno", epsilon=epsilon))
 
 
 METHODS = {

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specbound.verifiers_torch import sample_from_torch
+
 PROBS_DTYPE = torch.float64
 
 
@@ -92,5 +94,8 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample_tokens(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token per row drawn from ``probs``.  # [rows, vocab] -> [rows] int64"""
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    """One token per row drawn from ``probs`` by inverse CDF (one uniform per row; on a
+    150k vocabulary several times faster than ``torch.multinomial``).
+    # [rows, vocab] -> [rows] int64"""
+    uniforms = torch.rand(probs.shape[0], generator=generator, dtype=probs.dtype, device=probs.device)
+    return sample_from_torch(probs, uniforms, torch.ones_like(uniforms, dtype=torch.bool))
