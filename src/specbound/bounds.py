@@ -176,12 +176,27 @@ def optimal_acceptance_bruteforce(
 def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
     """Tokens sorted by p/q ascending: p = 0 < q first (ratio 0), q = 0 last (ratio ∞).
 
-    Tokens with p = q = 0 also go last; they change neither p(H) nor Q(H). Equal ratios
-    keep token-id order. # [batch, vocab] x2 -> [batch, vocab] int
+    Tokens with p = q = 0 (ratio NaN) go last too; they change neither p(H) nor Q(H).
+    Equal ratios keep token-id order. For speed the ratio's bit pattern (monotone for
+    non-negative floats, NaN above ∞) has its low bits replaced by the token id and is
+    value-sorted; ratios that this truncation merged are put back in exact order.
+    # [batch, vocab] x2 -> [batch, vocab] int
     """
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(draft_probs > 0, target_probs / draft_probs, np.inf)
-    return np.argsort(ratio, axis=1, kind="stable")
+        ratio = target_probs / draft_probs
+    ratio += 0.0  # turns −0.0 into +0.0
+    ratio_bits = ratio.view(np.uint64)
+    vocab_size = ratio.shape[1]
+    index_mask = np.uint64((1 << max(1, (vocab_size - 1).bit_length())) - 1)
+    keys = np.bitwise_and(ratio_bits, ~index_mask)  # in place below: fresh arrays are slow
+    np.bitwise_or(keys, np.arange(vocab_size, dtype=np.uint64), out=keys)
+    keys.sort(axis=1)
+    np.bitwise_and(keys, index_mask, out=keys)
+    order = keys.view(np.int64)  # token ids < 2^63
+    bits_in_order = np.take_along_axis(ratio_bits, order, axis=1)
+    if np.any(bits_in_order[:, 1:] < bits_in_order[:, :-1]):
+        order = np.take_along_axis(order, np.argsort(bits_in_order, axis=1, kind="stable"), axis=1)
+    return order
 
 
 def _prefix_sums(values: np.ndarray) -> np.ndarray:
@@ -203,7 +218,11 @@ def prefix_all_in_mass(draft_in_order, num_drafts: int, scheme: str) -> np.ndarr
     """
     draft = np.atleast_2d(np.asarray(draft_in_order, dtype=np.float64))
     if scheme == "with_replacement":
-        return _prefix_sums(draft) ** num_drafts
+        inside = _prefix_sums(draft)
+        mass = inside.copy()
+        for _ in range(num_drafts - 1):  # repeated products: float ** int is a slow pow()
+            mass *= inside
+        return mass
     if scheme != "without_replacement":
         raise ValueError(
             f"scheme: prefix_all_in_mass covers with_replacement and without_replacement, "
@@ -225,9 +244,10 @@ def _optimum_from_prefixes(target, order, all_in_mass) -> OptimalAcceptance:
     gaps = _prefix_sums(target_in_order) - all_in_mass  # [batch, V+1]
     best = np.argmin(gaps, axis=1)  # first minimiser: the shortest prefix
     acceptance = 1.0 + np.take_along_axis(gaps, best[:, None], axis=1)[:, 0]
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(order.shape[1])[None, :], axis=1)
-    return OptimalAcceptance(acceptance, rank < best[:, None])
+    subset = np.zeros(order.shape, dtype=bool)
+    for row, prefix_length in enumerate(best):
+        subset[row, order[row, :prefix_length]] = True
+    return OptimalAcceptance(acceptance, subset)
 
 
 def _greedy_optimum(target, draft, num_drafts) -> OptimalAcceptance:
@@ -306,7 +326,8 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
 
     step = log(2.0) / RACE_NODES_PER_OCTAVE
     start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))  # ∫_0^start ≤ truncation
-    num_octaves = int(np.ceil(np.log(horizon / start) / log(2.0))) + 1
+    last_offset = (RACE_NODES_PER_OCTAVE - 1) / RACE_NODES_PER_OCTAVE  # in octaves
+    num_octaves = max(1, int(np.ceil(np.log2(horizon / start) - last_offset)) + 1)
     offsets = step * np.arange(RACE_NODES_PER_OCTAVE)
     control_weights = np.zeros(vocab_size + 1)  # Σ_nodes h t W(t) e^{−r_k t}
     count_diffs = np.zeros(vocab_size + 1)  # differences in k of Σ_nodes h t e^{−r_k t} G_k(t)
@@ -316,16 +337,21 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
     term = np.empty_like(arrival)
     for octave in range(num_octaves):
         times = start * 2.0**octave * np.exp(offsets)  # [nodes]
-        with np.errstate(over="ignore"):
-            if octave == 0:
-                np.expm1(times[:, None] * draft[None, :], out=arrival)
-                np.exp(-times[:, None] * remaining[None, :], out=decay)
-            else:
-                np.multiply(arrival, arrival + 2.0, out=arrival)  # e^{2tq} − 1
-                np.minimum(arrival, np.exp(RACE_WINDOW + 50.0), out=arrival)
-                np.multiply(decay, decay, out=decay)  # e^{−2rt}
         control = np.exp(-times) * sum(times**i / factorial(i) for i in range(n))  # W(t)
-        control_weights += (step * times * control) @ decay
+        needs_control = control.max() > RACE_TRUNCATION * 1e-3  # W falls as t grows
+        if octave == 0:
+            np.expm1(times[:, None] * draft[None, :], out=arrival)
+            np.exp(-times[:, None] * remaining[None, :], out=decay)
+        else:
+            np.add(arrival, 2.0, out=term)
+            with np.errstate(over="ignore"):
+                np.multiply(arrival, term, out=arrival)  # e^{2tq} − 1 from e^{tq} − 1
+            if times[-1] * draft.max() > RACE_WINDOW:  # keep tokens outside windows finite
+                np.minimum(arrival, np.exp(RACE_WINDOW + 50.0), out=arrival)
+            if needs_control:
+                np.multiply(decay, decay, out=decay)  # e^{−2rt} from e^{−rt}
+        if needs_control:
+            control_weights += (step * times * control) @ decay
 
         # Window: prefixes k ≥ k0 with r_{k0} ≤ WINDOW/t; e^{−r_k t} < e^{−600} before it.
         window_start = np.searchsorted(-remaining, -RACE_WINDOW / times, side="left")
