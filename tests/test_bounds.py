@@ -152,6 +152,20 @@ def test_prefix_scan_uses_ascending_not_reverse_order(scheme):
     assert reverse_misses >= 30
 
 
+def test_scan_order_is_the_exact_ratio_order():
+    """scan_order = stable argsort of p/q, with p/0 = ∞ and then 0/0 last, also for
+    ratios that agree in all but their last bits (the fast path's fix-up) and −0.0."""
+    rng = np.random.default_rng(13)
+    target, draft = instance(rng, 4000, 1)
+    target[:50] = draft[:50] * (1 + np.arange(50)[::-1] * 2.0**-50)  # ratios an ulp apart
+    target[60:70], draft[60:70] = 0.0, 0.0  # 0/0
+    target[70], draft[71] = -0.0, 0.0
+    targets, drafts = np.stack([target, target[::-1]]), np.stack([draft, draft[::-1]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        expected = np.argsort(targets / drafts, axis=1, kind="stable")  # NaN sorts last
+    np.testing.assert_array_equal(scan_order(targets, drafts), expected)
+
+
 def test_prefix_scan_is_batched_row_by_row():
     rng = np.random.default_rng(3)
     pairs = [instance(rng, 6, 3) for _ in range(8)]

@@ -335,6 +335,8 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
     decay = np.empty((RACE_NODES_PER_OCTAVE, vocab_size + 1))  # e^{−r_k t}
     level = np.zeros_like(arrival)  # e_c over prefixes, at each token's own prefix
     term = np.empty_like(arrival)
+    windowed = np.empty_like(arrival)  # a, zeroed before each node's window
+    row_sum = np.empty(vocab_size + 1)  # gemv output (fresh large arrays are slow here)
     for octave in range(num_octaves):
         times = start * 2.0**octave * np.exp(offsets)  # [nodes]
         control = np.exp(-times) * sum(times**i / factorial(i) for i in range(n))  # W(t)
@@ -351,15 +353,16 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
             if needs_control:
                 np.multiply(decay, decay, out=decay)  # e^{−2rt} from e^{−rt}
         if needs_control:
-            control_weights += (step * times * control) @ decay
+            control_weights += np.dot(step * times * control, decay, out=row_sum)
 
         # Window: prefixes k ≥ k0 with r_{k0} ≤ WINDOW/t; e^{−r_k t} < e^{−600} before it.
         window_start = np.searchsorted(-remaining, -RACE_WINDOW / times, side="left")
         head = np.zeros((len(times), n))
         head[:, 0] = 1.0
-        windowed = arrival
+        windowed_or_all = arrival
         if np.any(window_start > 0):
-            windowed = arrival.copy()
+            windowed_or_all = windowed
+            np.copyto(windowed, arrival)
             for node in np.flatnonzero(window_start > 0):
                 k0 = window_start[node]
                 head[node] = _head_count_law(arrival[node, :k0], draft[:k0], times[node], n)
@@ -370,12 +373,12 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
         coef = np.cumsum(head, axis=1)[:, ::-1]  # [nodes, n]
         weight = step * times * np.exp(-remaining[window_start] * times)  # [nodes]
         np.add.at(count_diffs, window_start, weight * coef[:, 0])
-        level_term = windowed  # a · e_0 (e_0 = 1 on the window, a = 0 before it)
+        level_term = windowed_or_all  # a · e_0 (e_0 = 1 on the window, a = 0 before it)
         for c in range(1, n):
-            count_diffs[1:] += (weight * coef[:, c]) @ level_term
+            count_diffs[1:] += np.dot(weight * coef[:, c], level_term, out=row_sum[1:])
             if c < n - 1:
                 np.cumsum(level_term[:, :-1], axis=1, out=level[:, 1:])  # e_c
-                np.multiply(windowed, level, out=term)
+                np.multiply(windowed_or_all, level, out=term)
                 level_term = term
     control_integral = control_weights - np.cumsum(count_diffs)
     mass = (1.0 + remaining) ** (-n) + remaining * control_integral
