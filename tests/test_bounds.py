@@ -2,7 +2,7 @@
 formula and the fast prefix scan agree with SPEC §4.4's fixtures and with each other, and
 the exponential-race quadrature for Q(H) without replacement meets its stated accuracy."""
 
-import itertools
+import json
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ from specbound.bounds import (
     race_all_in_mass,
     scan_order,
 )
+from specbound.cli import main
 from specbound.drafts import get_draft_scheme
 
 FIXTURES = {"A": FIXTURE_A, "B": FIXTURE_B}
@@ -285,3 +286,40 @@ def test_solvers_reject_bad_input(target, draft, num_drafts, scheme, message):
     for solver in (optimal_acceptance_lp, optimal_acceptance_bruteforce, optimal_acceptance):
         with pytest.raises(ValueError, match=message):
             solver(target, draft, num_drafts, scheme)
+
+
+def test_bounds_optimum_command_prints_alpha_and_a_valid_certificate(capsys):
+    assert main(["bounds", "optimum", "-n", "2", "--json"]) == 0
+    records = {r["scheme"]: r for r in json.loads(capsys.readouterr().out)["schemes"]}
+    target, draft = FIXTURE_A
+    for scheme in ["with_replacement", "without_replacement", "greedy", "spechub"]:
+        assert records[scheme]["acceptance"] == pytest.approx(FIXTURE_OPTIMUM["A", scheme, 2], abs=1e-6)
+        subset = np.zeros(4, dtype=bool)
+        subset[records[scheme]["subset"]] = True
+        mass = all_in_mass_by_enumeration(draft, 2, scheme, [subset])[0]
+        assert 1 + target[subset].sum() - mass == pytest.approx(records[scheme]["acceptance"], abs=1e-12)
+
+
+def test_bounds_plot_command_saves_png_and_numbers_with_verifiers_below_the_optimum(tmp_path, capsys):
+    """Every lossless verifier's exact acceptance ≤ α* of its draft scheme (SpecHub: the
+    greedy α* at n = 2, same draft set law), and the fixture's α* rows are reproduced."""
+    assert main(["bounds", "plot", "--max-drafts", "3", "--out", str(tmp_path), "--json"]) == 0
+    numbers = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "acceptance_vs_drafts.png").stat().st_size > 10_000
+    assert json.loads((tmp_path / "acceptance_vs_drafts.json").read_text()) == numbers
+    for scheme, values in numbers["optimum"].items():
+        for num_drafts, value in zip(numbers["num_drafts"], values):
+            if ("A", scheme, num_drafts) in FIXTURE_OPTIMUM:
+                assert value == pytest.approx(FIXTURE_OPTIMUM["A", scheme, num_drafts], abs=1e-6)
+    for name, verifier in numbers["verifiers"].items():
+        scheme = "greedy" if verifier["scheme"] == "spechub" else verifier["scheme"]
+        for value, optimum in zip(verifier["acceptance"], numbers["optimum"][scheme]):
+            if value is not None:
+                assert value <= optimum + 1e-9, name
+
+
+def test_bounds_commands_reject_bad_input(capsys):
+    assert main(["bounds", "plot", "--max-drafts", "0"]) == 2
+    assert "max_drafts" in capsys.readouterr().err
+    assert main(["bounds", "optimum", "--target", "0.5,0.6", "--draft", "0.5,0.5"]) == 2
+    assert "target_probs" in capsys.readouterr().err

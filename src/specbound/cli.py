@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "specbound.commands.accept",
     "specbound.commands.theory",
     "specbound.commands.run",
+    "specbound.commands.bounds",
 ]
 
 
