@@ -25,6 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from specbound.drafts import get_draft_scheme, top_tokens
+from specbound.rrs_acceptance import rrs_without_replacement_acceptance
 from specbound.probability import (
     as_draft_tokens,
     as_target_and_draft,
@@ -227,7 +228,7 @@ class RecursiveRejection(Verifier):
                 current[live] = normalize_mass(np.maximum(current[live] - draft[live], 0.0))
             return 1.0 - rejection
         return np.array(
-            [_rrs_without_replacement_acceptance(t, d, num_drafts) for t, d in zip(target, draft)]
+            [rrs_without_replacement_acceptance(t, d, num_drafts) for t, d in zip(target, draft)]
         )
 
 
@@ -252,66 +253,12 @@ class RRS(RecursiveRejection):
 @dataclass(frozen=True)
 class RRSWithoutReplacement(RecursiveRejection):
     """Recursive rejection sampling with drafts drawn without replacement; the draft law
-    shrinks with each rejected token (SPEC §4.3). α by exact recursion (see
-    ``_rrs_without_replacement_acceptance``)."""
+    shrinks with each rejected token (SPEC §4.3). α by exact recursion, see
+    ``specbound.rrs_acceptance``."""
 
     name: ClassVar[str] = "rrs_without_replacement"
     scheme: ClassVar[str] = "without_replacement"
     without_replacement: ClassVar[bool] = True
-
-
-def _min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
-    """g(s) = Σ_y min(p(y), s·q(y)) for any scale s ≥ 0, after one O(V log V) sort.
-
-    Returns a vectorised function of s. Tokens with q = 0 contribute 0.
-    """
-    positive = draft_row > 0
-    ratio = target_row[positive] / draft_row[positive]
-    order = np.argsort(ratio)
-    ratio, target_sorted, draft_sorted = ratio[order], target_row[positive][order], draft_row[positive][order]
-    target_below = np.concatenate([[0.0], np.cumsum(target_sorted)])
-    draft_above = np.concatenate([np.cumsum(draft_sorted[::-1])[::-1], [0.0]])
-
-    def curve(scale):
-        count = np.searchsorted(ratio, scale, side="right")
-        return target_below[count] + scale * draft_above[count]
-
-    return curve
-
-
-def _with(mask: np.ndarray, token: int) -> np.ndarray:
-    out = mask.copy()
-    out[token] = True
-    return out
-
-
-def _rrs_without_replacement_acceptance(target_row, draft_row, num_drafts) -> float:
-    """Exact α of RRS without replacement by recursion over the rejected drafts.
-
-    After rejecting the set S, the draft law is q·1[∉S]/(1 − q(S)) and the residual target
-    is zero on S, so the next step accepts with g(s) = Σ min(pⁱ, s·q), s = 1/(1 − q(S)),
-    and a token x ∉ S is drawn and rejected with probability (s·q(x) − pⁱ(x))+. The last level is evaluated for all branches at once through g, so the
-    cost is O(V^(n−2) · V log V): any V for n ≤ 2, small V beyond.
-    """
-
-    def level(current, removed, remaining):
-        scale = 1.0 / (1.0 - draft_row[removed].sum())
-        accept_mass = float(_min_sum_curve(current, draft_row)(scale))
-        if remaining == 1 or accept_mass >= 1.0:
-            return accept_mass
-        rejection = np.where(removed, 0.0, np.maximum(scale * draft_row - current, 0.0))
-        rejected_tokens = np.flatnonzero(rejection > 0)
-        next_target = normalize_mass(np.maximum(current - scale * draft_row, 0.0))
-        if remaining == 2:
-            next_removed_mass = draft_row[removed].sum() + draft_row[rejected_tokens]
-            tail = _min_sum_curve(next_target, draft_row)(1.0 / (1.0 - next_removed_mass))
-        else:
-            tail = np.array(
-                [level(next_target, _with(removed, token), remaining - 1) for token in rejected_tokens]
-            )
-        return accept_mass + float(np.dot(rejection[rejected_tokens], tail))
-
-    return level(target_row, np.zeros(draft_row.shape, dtype=bool), num_drafts)
 
 
 # --------------------------------------------------------------------------------------
