@@ -15,7 +15,9 @@ transformers (``gguf_file=``), which takes minutes for a 1.5B model on two cores
 converted once and saved as safetensors plus tokenizer under
 ``<cache>/converted/<sha256 of the GGUF>-<dtype>/``; later loads read that in seconds. The
 directory is written under a temporary name and renamed when complete, so an interrupted
-conversion never passes for a finished one.
+conversion never passes for a finished one (a process killed outright leaves a
+``.<name>.*.partial`` directory beside it, never read, safe to delete). Once converted, an
+embedded model loads without its wheels.
 """
 
 from __future__ import annotations
