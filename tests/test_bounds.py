@@ -3,6 +3,7 @@ formula and the fast prefix scan agree with SPEC §4.4's fixtures and with each 
 the exponential-race quadrature for Q(H) without replacement meets its stated accuracy."""
 
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -216,6 +217,22 @@ def test_race_quadrature_matches_the_pair_formula_at_large_vocabulary():
         pairs = prefix_all_in_mass(draft[None], 2, "without_replacement")[0]
         assert np.abs(race_all_in_mass(draft, 2) - pairs).max() <= RACE_ACCURACY
     assert windowed_rows >= 2
+
+
+def test_without_replacement_mass_is_exact_next_to_a_dominant_token():
+    """q = (1 − 5.7e-7, tiny masses): 1 − q(x) must not be formed by cancellation. Both the
+    n = 2 closed form and the race integral are checked against rational arithmetic."""
+    rng = np.random.default_rng(17)
+    tiny = 10.0 ** rng.uniform(-10, -7.5, 24)
+    draft = rng.permutation(np.concatenate([[1.0 - tiny.sum()], tiny]))
+    exact_draft = [Fraction(x) for x in draft]
+    total = sum(exact_draft)
+    for k in [2, 5, 12, 24]:
+        inside = exact_draft[:k]
+        exact = sum(q / total * (sum(inside) - q) / (total - q) for q in inside)
+        closed_form = prefix_all_in_mass(draft[None], 2, "without_replacement")[0, k]
+        assert abs(closed_form - float(exact)) <= 1e-14
+        assert abs(race_all_in_mass(draft, 2)[k] - float(exact)) <= RACE_ACCURACY
 
 
 def test_race_quadrature_matches_the_triple_sum_at_moderate_vocabulary():

@@ -24,7 +24,7 @@ from math import factorial, log
 import numpy as np
 import scipy.optimize
 import scipy.sparse
-from scipy.special import gammainccinv
+from scipy.special import gammaincc, gammainccinv
 
 from specbound.drafts import get_draft_scheme, top_tokens
 from specbound.probability import as_distributions, as_target_and_draft
@@ -142,6 +142,7 @@ def optimal_acceptance_bruteforce(
     """α* = 1 + min over all 2^V subsets H of [p(H) − Q(H)], Q from the enumerated joint law.
 
     Exponential in V: for tests and tiny vocabularies (V ≤ ``MAX_BRUTEFORCE_VOCAB``).
+    Among minimisers, H* is the one whose bitmask Σ_{y∈H} 2^y is smallest.
     # target_probs, draft_probs [batch, vocab] -> OptimalAcceptance
     """
     target, draft, draft_scheme = _checked_rows(target_probs, draft_probs, num_drafts, scheme)
@@ -234,8 +235,21 @@ def prefix_all_in_mass(draft_in_order, num_drafts: int, scheme: str) -> np.ndarr
         inside = _prefix_sums(draft)
         outside = np.zeros_like(inside)
         np.cumsum(draft[:, ::-1], axis=1, out=outside[:, -2::-1])
-        return inside**2 - outside * _prefix_sums(draft**2 / (1.0 - draft))
+        return inside**2 - outside * _prefix_sums(draft**2 / _mass_of_the_others(draft))
     return np.stack([race_all_in_mass(row, num_drafts) for row in draft])
+
+
+def _mass_of_the_others(draft: np.ndarray) -> np.ndarray:
+    """1 − q(x) per token, summed from the other tokens for each row's largest one (where
+    1 − q would cancel: q = 1 − 1e-9 leaves 1e-9 with 1e-7 relative error).
+    # [batch, vocab] -> [batch, vocab]"""
+    complement = 1.0 - draft
+    largest = np.argmax(draft, axis=1)[:, None]
+    is_largest = np.zeros(draft.shape, dtype=bool)
+    np.put_along_axis(is_largest, largest, True, axis=1)
+    others = np.where(is_largest, 0.0, draft).sum(axis=1, keepdims=True)
+    np.put_along_axis(complement, largest, others, axis=1)
+    return complement
 
 
 def _optimum_from_prefixes(target, order, all_in_mass) -> OptimalAcceptance:
@@ -323,6 +337,11 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
     certain = np.where(support >= n, 1.0, 0.0)  # Q when H_k holds the whole draft support
     if horizon is None:
         return certain
+    if not np.isfinite(horizon):
+        raise ValueError(
+            "draft_probs: the n-th largest draft masses are too small (subnormal) for the "
+            "exponential-race quadrature"
+        )
 
     step = log(2.0) / RACE_NODES_PER_OCTAVE
     start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))  # ∫_0^start ≤ truncation
@@ -339,7 +358,7 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
     row_sum = np.empty(vocab_size + 1)  # gemv output (fresh large arrays are slow here)
     for octave in range(num_octaves):
         times = start * 2.0**octave * np.exp(offsets)  # [nodes]
-        control = np.exp(-times) * sum(times**i / factorial(i) for i in range(n))  # W(t)
+        control = gammaincc(n, times)  # W(t) = P(Erlang(n, 1) > t)
         needs_control = control.max() > RACE_TRUNCATION * 1e-3  # W falls as t grows
         if octave == 0:
             np.expm1(times[:, None] * draft[None, :], out=arrival)
