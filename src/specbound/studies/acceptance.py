@@ -1,0 +1,225 @@
+"""Acceptance study [HU] §5: every method's exact per-step acceptance along real generations.
+
+For each prompt and temperature, the target generates up to ``max_new_tokens`` tokens
+through the engine (a lossless chain, so the text follows the target's law); one forward of
+each model over the generated sequence gives the (target, draft) rows p_t, q_t at every
+position t (``traces``), and every method's acceptance is computed **exactly** from the same
+rows, batched over positions — never by sampling:
+
+- ``single``: one draft, Σ min(p, q) [LEV];
+- ``optimal_<scheme>``: α* of the draft scheme (with_replacement, without_replacement,
+  greedy), the best any lossless verifier can do with those drafts (SPEC §4.2,
+  ``specbound.bounds.optimal_acceptance``);
+- the verifiers ``rrs``, ``kseq`` (i.i.d. drafts), ``rrs_without_replacement``, ``greedy``
+  and ``spechub`` (n = 2 always, as the papers report it): ``Verifier.acceptance_rate``.
+
+A position whose draft law has fewer tokens than a distinct-token scheme needs gets as
+many drafts as it has tokens, as in the engine (``engine.drafters.draw_drafts``), and a
+verifier fixed to two drafts hands such a position to ``single`` (``Method.verifier_at``).
+
+Records: one per (position, n) with every method's acceptance; the run record holds the
+generated tokens and the engine's counts. Tables average per token (all positions of all
+prompts pooled) with standard errors over prompts (``statistics``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from specbound.bounds import optimal_acceptance
+from specbound.datasets import Prompt
+from specbound.drafts import get_draft_scheme
+from specbound.engine import Processing
+from specbound.engine.methods import chain
+from specbound.probability import support_size
+from specbound.studies.pair import ModelPair
+from specbound.studies.records import StudyResults
+from specbound.studies.runner import Unit, UnitOutput
+from specbound.studies.statistics import grouped_per_token_means
+from specbound.studies.traces import generate_trace, trace_probs
+from specbound.verifiers import get_verifier
+
+OPTIMUM_SCHEMES = ("with_replacement", "without_replacement", "greedy")
+METHODS = (
+    "single",
+    *(f"optimal_{scheme}" for scheme in OPTIMUM_SCHEMES),
+    "rrs",
+    "kseq",
+    "rrs_without_replacement",
+    "greedy",
+    "spechub",
+)
+METHOD_LABELS = {
+    "single": "single draft Σ min(p, q)",
+    "optimal_with_replacement": "α* with replacement",
+    "optimal_without_replacement": "α* without replacement",
+    "optimal_greedy": "α* greedy",
+    "rrs": "RRS (i.i.d.)",
+    "kseq": "K-SEQ (i.i.d.)",
+    "rrs_without_replacement": "RRS without replacement",
+    "greedy": "greedy verifier",
+    "spechub": "SpecHub (n = 2)",
+}
+
+
+def bound_of(method: str) -> str | None:
+    """The α* a verifier is compared with: its draft scheme's optimum. None for ``single``
+    (it is α* with one draft) and ``spechub`` (optimal for its own pairs: α*_greedy(2))."""
+    if method.startswith("optimal_") or method in ("single", "spechub"):
+        return None
+    return f"optimal_{get_verifier(method).scheme}"
+
+
+def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> np.ndarray:
+    """Exact acceptance of ``method`` with ``num_drafts`` drafts at every row.
+    # target_rows, draft_rows [positions, vocab] -> [positions]"""
+    if method not in METHODS:
+        raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if method.startswith("optimal_"):
+        scheme = method.removeprefix("optimal_")
+
+        def compute(target, draft, count):
+            return optimal_acceptance(target, draft, count, scheme).acceptance
+    else:
+        verifier = get_verifier(method)
+        scheme = verifier.scheme
+        num_drafts = verifier.fixed_num_drafts or num_drafts
+
+        def compute(target, draft, count):
+            # with fewer tokens than its fixed count, a verifier hands over to one draft
+            fixed = verifier.fixed_num_drafts not in (None, count)
+            return (get_verifier("single") if fixed else verifier).acceptance_rate(target, draft, count)
+
+    counts = np.full(draft_rows.shape[0], num_drafts)
+    if get_draft_scheme(scheme).needs_distinct_support:
+        counts = np.minimum(counts, support_size(draft_rows))
+    if np.all(counts == num_drafts):
+        return compute(target_rows, draft_rows, num_drafts)
+    acceptance = np.empty(draft_rows.shape[0])
+    for count in np.unique(counts):
+        rows = counts == count
+        acceptance[rows] = compute(target_rows[rows], draft_rows[rows], int(count))
+    return acceptance
+
+
+def position_acceptance(target_rows, draft_rows, num_drafts: int, methods=METHODS) -> dict[str, np.ndarray]:
+    """Every method's exact acceptance at every position.  # -> {method: [positions]}"""
+    return {method: method_acceptance(method, target_rows, draft_rows, num_drafts) for method in methods}
+
+
+class AcceptanceStudy:
+    """Units: prompts × temperatures; each records all ``num_drafts`` values at once (the
+    rows do not depend on n, so the n-ablation costs no extra generation)."""
+
+    name = "acceptance"
+
+    def __init__(
+        self,
+        temperatures=(0.7,),
+        num_drafts=(3,),
+        max_new_tokens: int = 128,
+        methods=METHODS,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        generation_gamma: int = 4,
+    ):
+        for method in methods:
+            if method not in METHODS:
+                raise ValueError(f"methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
+        for count in num_drafts:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"num_drafts: expected positive integers, got {count!r}")
+        self.temperatures = [float(value) for value in temperatures]
+        for temperature in self.temperatures:
+            Processing(temperature=temperature, top_k=top_k, top_p=top_p)  # checks the values
+        self.num_drafts = list(num_drafts)
+        self.max_new_tokens = max_new_tokens
+        self.methods = list(methods)
+        self.top_k, self.top_p = top_k, top_p
+        self.method = chain(generation_gamma)
+
+    def settings(self) -> dict:
+        return {
+            "temperatures": self.temperatures,
+            "num_drafts": self.num_drafts,
+            "max_new_tokens": self.max_new_tokens,
+            "methods": self.methods,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "generation": f"engine chain, γ = {self.method.depth}, single-draft speculative sampling (lossless)",
+        }
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]:
+        return [
+            Unit(f"{prompt.id}|T={temperature:g}", prompt, {"temperature": temperature})
+            for temperature in self.temperatures
+            for prompt in prompts
+        ]
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        temperature = unit.config["temperature"]
+        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
+        trace = generate_trace(
+            pair, processing, self.method, pair.encode(unit.prompt.text), self.max_new_tokens, generator
+        )
+        started = time.perf_counter()
+        target_rows, draft_rows = trace_probs(pair, trace, processing)
+        scored = time.perf_counter()
+        positions = []
+        for num_drafts in self.num_drafts:
+            acceptance = position_acceptance(target_rows, draft_rows, num_drafts, self.methods)
+            for position, token in enumerate(trace.tokens):
+                positions.append({
+                    "prompt_id": unit.prompt.id,
+                    "temperature": temperature,
+                    "num_drafts": num_drafts,
+                    "position": position,
+                    "token": token,
+                    "acceptance": {method: float(values[position]) for method, values in acceptance.items()},
+                })
+        run = {
+            "prompt_id": unit.prompt.id,
+            "temperature": temperature,
+            **generation_summary(pair, trace),
+        }
+        seconds = {
+            "generate": trace.stats.wall_seconds,
+            "score": scored - started,
+            "acceptance": time.perf_counter() - scored,
+        }
+        return UnitOutput(positions, run, seconds)
+
+
+def generation_summary(pair: ModelPair, trace) -> dict:
+    """The run record's description of a generation: tokens, text and the engine's counts
+    (wall-clock figures left out: they go to the timings file)."""
+    engine = {
+        key: value for key, value in trace.stats.to_dict().items()
+        if key not in ("seconds", "wall_seconds", "tokens_per_second")
+    }
+    return {
+        "prompt_tokens": len(trace.prompt_ids),
+        "tokens": trace.tokens,
+        "text": pair.decode(trace.tokens),
+        "finish_reason": trace.finish_reason,
+        "engine": engine,
+    }
+
+
+def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:
+    """(temperature, num_drafts, method) -> (per-token mean, standard error over prompts,
+    positions)."""
+    summary = {}
+    methods = results.settings["methods"]
+    for method in methods:
+        means = grouped_per_token_means(
+            results.positions,
+            group=lambda record: (record["temperature"], record["num_drafts"]),
+            value=lambda record, method=method: record["acceptance"][method],
+        )
+        for (temperature, num_drafts), value in means.items():
+            summary[(temperature, num_drafts, method)] = value
+    return summary

@@ -1,0 +1,81 @@
+"""Run a study unit by unit into its results directory, resuming where a run stopped.
+
+A **unit** is one engine generation for one prompt at one setting (a temperature, a
+method); a study says which units it has (``Study.units``) and turns one unit into its
+records (``Study.run_unit``). The runner skips the units already on disk, seeds each
+unit's ``torch.Generator`` from the study seed and the unit key (``records.unit_seed``),
+shows a progress bar with an ETA on stderr, and appends each finished unit.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from tqdm import tqdm
+
+from specbound.datasets import Prompt
+from specbound.studies.pair import ModelPair
+from specbound.studies.records import ResultsStore, StudyResults, read_results, unit_seed
+
+
+@dataclass(frozen=True)
+class Unit:
+    key: str  # unique within the study, e.g. "HumanEval/0|T=0.7"
+    prompt: Prompt
+    config: dict  # the unit's setting (temperature, decoding configuration, ...)
+
+
+@dataclass
+class UnitOutput:
+    positions: list[dict]  # one record per (position, ...) of the generation
+    run: dict  # the generation's summary: tokens, engine counts, per-sequence totals
+    seconds: dict = field(default_factory=dict)  # wall-clock by phase
+
+
+class Study(Protocol):
+    name: str
+
+    def settings(self) -> dict: ...
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]: ...
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput: ...
+
+
+def run_study(
+    study: Study,
+    pair: ModelPair,
+    prompts: list[Prompt],
+    directory,
+    dataset: str,
+    seed: int = 0,
+    progress: bool = True,
+) -> StudyResults:
+    """Run every unit not yet in ``directory``; return all results read back from disk."""
+    settings = {
+        "study": study.name,
+        "dataset": dataset,
+        "seed": seed,
+        "limit": len(prompts),
+        "models": pair.description,
+        **study.settings(),
+    }
+    store = ResultsStore(directory, settings)
+    units = study.units(prompts)
+    pending = [unit for unit in units if unit.key not in store.done]
+    with tqdm(
+        total=len(units), initial=len(units) - len(pending), desc=f"{study.name} {dataset}",
+        unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
+    ) as bar:
+        for unit in pending:
+            started = time.perf_counter()
+            generator = torch.Generator().manual_seed(unit_seed(seed, unit.key))
+            output = study.run_unit(pair, unit, generator)
+            seconds = {**output.seconds, "total": time.perf_counter() - started}
+            store.append_unit(unit.key, output.positions, output.run, seconds)
+            bar.update(1)
+    return read_results(directory)

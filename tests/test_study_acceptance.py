@@ -1,0 +1,164 @@
+"""The acceptance study: exact per-position acceptance along real generations.
+
+The key check ties the study to the engine: along the engine's own generations, at the
+positions the engine verified, the study's exact acceptance α_t (computed from one batched
+forward of each model over the generated text) must predict the engine's accept/reject
+outcomes. Given everything before a verification, the engine accepts with probability
+exactly α_t, so Σ (accepted − α_t) over all verifications is a martingale with variance
+Σ α_t(1 − α_t): the test asserts |z| < 4 (two-sided level ≈ 6e-5). With about 500
+verifications it sees a mean error in α of about 0.06 or more; its power is checked by
+the same statistic against a wrong model of the engine, which it must reject.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from specbound.engine import Processing
+from specbound.engine.methods import build_method
+from specbound.studies.acceptance import METHODS, AcceptanceStudy, acceptance_summary, method_acceptance, position_acceptance
+from specbound.studies.runner import run_study
+from specbound.studies.traces import generate_trace, next_token_probs, trace_probs
+from specbound.verifiers import get_verifier
+from study_fixtures import tiny_pair, tiny_prompts
+
+HORIZON = 8
+RUNS = 100
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models run fastest on one thread (and do not fight other processes)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def verified_positions(accepted_lengths, horizon):
+    """(position, accepted) of each verification of a depth-1 tree run over a fixed horizon.
+
+    Each engine step verifies the root position and, when a draft is accepted, adds a bonus
+    token after it; the step at the horizon's last position has depth 0 (a bonus only)."""
+    position, verified = 0, []
+    for accepted in accepted_lengths:
+        if position == horizon - 1:
+            position += 1
+            continue
+        verified.append((position, bool(accepted)))
+        position += 1 + accepted
+    assert position == horizon
+    return verified
+
+
+def engine_z_scores(verifier, num_drafts, processing, alternative, runs=RUNS):
+    """z of the engine's acceptances against the study's α_t, and against the acceptance
+    ``alternative`` = (method, n) at the same positions (a wrong model of the engine)."""
+    pair = tiny_pair()
+    method = build_method("tree", num_drafts=num_drafts, depth=1, verifier=verifier)
+    generator = torch.Generator().manual_seed(2024)
+    prompts = tiny_prompts(6)
+    totals = np.zeros((2, 3))  # [study, alternative] x [Σ accepted − α, Σ α(1 − α), count]
+    for run in range(runs):
+        prompt_ids = pair.encode(prompts[run % len(prompts)].text)
+        trace = generate_trace(pair, processing, method, prompt_ids, HORIZON, generator, stop_at_eos=False)
+        rows = trace_probs(pair, trace, processing)
+        predictions = [method_acceptance(verifier, *rows, num_drafts), method_acceptance(alternative[0], *rows, alternative[1])]
+        verified = verified_positions(trace.stats.accepted_lengths, HORIZON)
+        assert len(verified) == sum(trace.stats.attempts_by_position)
+        for total, exact in zip(totals, predictions):
+            for position, accepted in verified:
+                total += (accepted - exact[position], exact[position] * (1 - exact[position]), 1)
+    return [total[0] / math.sqrt(total[1]) for total in totals], int(totals[0, 2])
+
+
+def test_exact_acceptance_predicts_the_engines_acceptances_within_4_sigma():
+    """RRS without replacement, n = 2. Power: the same check must reject the acceptance of
+    RRS *with* replacement at the same positions (a wrong draft scheme, about 0.13 lower)."""
+    (study, wrong), count = engine_z_scores("rrs_without_replacement", 2, Processing(temperature=0.8), ("rrs", 2))
+    assert count > 400
+    assert abs(study) < 4, f"z = {study:.2f} over {count} verifications"
+    assert abs(wrong) > 4, f"the check cannot tell the draft schemes apart (z = {wrong:.2f})"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "verifier, num_drafts, alternative",
+    [("kseq", 3, ("single", 1)), ("rrs", 3, ("single", 1)), ("greedy", 3, ("rrs", 3)),
+     ("spechub", 2, ("rrs", 2)), ("single", 1, ("rrs", 2))],
+)
+def test_more_verifiers_predict_the_engines_acceptances_within_4_sigma(verifier, num_drafts, alternative):
+    processing = Processing(temperature=1.0, top_k=4)
+    (study, wrong), count = engine_z_scores(verifier, num_drafts, processing, alternative, runs=300)
+    assert abs(study) < 4, f"{verifier}: z = {study:.2f} over {count} verifications"
+    assert abs(wrong) > 4, f"{verifier}: the check cannot see {alternative} (z = {wrong:.2f})"
+
+
+def test_one_forward_gives_the_stepwise_next_token_laws():
+    pair, processing = tiny_pair(), Processing(temperature=0.7)
+    prompt, tokens = [1, 2, 3], [4, 0, 2, 5]
+    rows = next_token_probs(pair.target, prompt, tokens, processing)
+    for position in range(len(tokens)):
+        with torch.no_grad():
+            logits = pair.target(input_ids=torch.tensor([prompt + tokens[:position]])).logits[:, -1]
+        np.testing.assert_allclose(rows[position], processing.probs(logits).numpy()[0], atol=1e-6)
+
+
+def test_a_row_with_too_few_draft_tokens_gets_as_many_drafts_as_it_has(rng):
+    """As the engine draws min(n, |supp q|) distinct drafts, the study evaluates such a row
+    with that many; SpecHub with one draft is single-draft speculative sampling."""
+    target = rng.dirichlet(np.ones(6), size=3)
+    draft = rng.dirichlet(np.ones(6), size=3)
+    draft[1, 2:] = 0.0  # two tokens only
+    draft[1] /= draft[1].sum()
+    draft[2, 1:] = 0.0  # one token only
+    draft[2, 0] = 1.0
+    for method, verifier in [("rrs_without_replacement", "rrs_without_replacement"), ("greedy", "greedy")]:
+        values = method_acceptance(method, target, draft, 3)
+        for row, count in [(0, 3), (1, 2), (2, 1)]:
+            expected = get_verifier(verifier).acceptance_rate(target[row], draft[row], count)[0]
+            assert values[row] == pytest.approx(expected, abs=1e-12)
+    spechub = method_acceptance("spechub", target, draft, 3)
+    assert spechub[2] == pytest.approx(get_verifier("single").acceptance_rate(target[2], draft[2], 1)[0])
+    assert spechub[0] == pytest.approx(get_verifier("spechub").acceptance_rate(target[0], draft[0], 2)[0])
+
+
+def test_verifiers_sit_at_or_below_their_optimum(rng):
+    target = rng.dirichlet(np.full(7, 0.6), size=20)
+    draft = rng.dirichlet(np.full(7, 0.6), size=20)
+    for num_drafts in (2, 3):
+        values = position_acceptance(target, draft, num_drafts)
+        for verifier in ("rrs", "kseq"):
+            assert np.all(values[verifier] <= values["optimal_with_replacement"] + 1e-9)
+        assert np.all(values["rrs_without_replacement"] <= values["optimal_without_replacement"] + 1e-9)
+        np.testing.assert_allclose(values["greedy"], values["optimal_greedy"], atol=1e-9)
+        assert np.all(values["single"] <= values["rrs"] + 1e-12)
+
+
+def test_unknown_methods_are_refused():
+    with pytest.raises(ValueError, match="method"):
+        method_acceptance("magic", np.ones((1, 2)) / 2, np.ones((1, 2)) / 2, 2)
+    with pytest.raises(ValueError, match="methods"):
+        AcceptanceStudy(methods=["magic"])
+    with pytest.raises(ValueError, match="num_drafts"):
+        AcceptanceStudy(num_drafts=[0])
+    with pytest.raises(ValueError, match="temperature"):
+        AcceptanceStudy(temperatures=[-1.0])
+
+
+def test_the_study_records_every_method_at_every_position_and_n(tmp_path):
+    study = AcceptanceStudy(temperatures=(0.7, 1.0), num_drafts=(2, 3), max_new_tokens=6)
+    results = run_study(study, tiny_pair(), tiny_prompts(3), tmp_path, dataset="toy", progress=False)
+    assert len(results.runs) == 6
+    generated = {(run["prompt_id"], run["temperature"]): len(run["tokens"]) for run in results.runs}
+    assert len(results.positions) == 2 * sum(generated.values())
+    for record in results.positions:
+        assert set(record["acceptance"]) == set(METHODS)
+        assert all(0.0 <= value <= 1.0 + 1e-12 for value in record["acceptance"].values())
+    summary = acceptance_summary(results)
+    mean, error, count = summary[(0.7, 3, "optimal_without_replacement")]
+    assert count == generated[("toy/0", 0.7)] + generated[("toy/1", 0.7)] + generated[("toy/2", 0.7)]
+    assert summary[(0.7, 3, "rrs")][0] <= summary[(0.7, 3, "optimal_with_replacement")][0] + 1e-12
+    assert error >= 0.0
