@@ -133,7 +133,9 @@ def optimal_acceptance_lp(target_probs, draft_probs, num_drafts: int, scheme: st
     target, draft, draft_scheme = _checked_rows(target_probs, draft_probs, num_drafts, scheme)
     acceptance = []
     for target_row, draft_row in zip(target, draft):
-        tuples, tuple_probs = draft_scheme.joint_law(draft_row, num_drafts)
+        tuples, tuple_probs = draft_scheme.joint_law(
+            draft_row, num_drafts, max_tuples=MAX_LP_VARIABLES // target.shape[1]
+        )
         acceptance.append(optimal_coupling(target_row, tuples, tuple_probs)[1])
     return np.array(acceptance)
 

@@ -74,17 +74,21 @@ class DraftScheme:
                 )
         return SAMPLERS[self.name](draft_probs, num_drafts, generator)
 
-    def joint_law(self, draft_probs, num_drafts: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact law of the draft tuple of one row: (tuples [K, n], probabilities [K])."""
+    def joint_law(
+        self, draft_probs, num_drafts: int, max_tuples: int = MAX_ENUMERATED_TUPLES
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact law of the draft tuple of one row: (tuples [K, n], probabilities [K]).
+
+        Refuses, before enumerating, when support^n exceeds ``max_tuples``."""
         draft = as_distributions("draft_probs", draft_probs)
         if draft.shape[0] != 1:
             raise ValueError(f"draft_probs: joint_law takes one row, got {draft.shape[0]}")
         self.check_num_drafts(num_drafts, draft)
         support = int(support_size(draft)[0])
-        if support**num_drafts > MAX_ENUMERATED_TUPLES:
+        if support**num_drafts > max_tuples:
             raise ValueError(
                 f"num_drafts: enumerating {support}^{num_drafts} draft tuples exceeds "
-                f"{MAX_ENUMERATED_TUPLES:,}; joint_law is for small vocabularies"
+                f"{max_tuples:,}; joint_law is for small vocabularies"
             )
         return self.enumerate_row(draft[0], num_drafts)
 
@@ -143,18 +147,19 @@ def _enumerate_without_replacement(draft_row, num_drafts):
     tuples = list(itertools.permutations(_support(draft_row), num_drafts))
     probs = []
     for draft_tuple in tuples:
-        prob, used = 1.0, 0.0
+        prob, unused = 1.0, draft_row > 0
         for token in draft_tuple:
-            prob *= draft_row[token] / (1.0 - used)
-            used += draft_row[token]
+            # the unused mass summed directly: 1 − used loses digits next to a dominant token
+            prob *= draft_row[token] / draft_row[unused].sum()
+            unused[token] = False
         probs.append(prob)
     return np.array(tuples, dtype=np.int64), np.array(probs)
 
 
 def _enumerate_greedy(draft_row, num_drafts):
     top = top_tokens(draft_row[None, :], num_drafts - 1)[0]
-    rest_mass = 1.0 - draft_row[top].sum()
     lasts = [token for token in _support(draft_row) if token not in set(top.tolist())]
+    rest_mass = draft_row[lasts].sum()  # = 1 − q(T), without cancellation
     tuples = [tuple(top.tolist()) + (token,) for token in lasts]
     probs = [draft_row[token] / rest_mass for token in lasts]
     return np.array(tuples, dtype=np.int64).reshape(len(tuples), num_drafts), np.array(probs)
@@ -163,10 +168,11 @@ def _enumerate_greedy(draft_row, num_drafts):
 def _enumerate_spechub(draft_row, num_drafts):
     hub = int(top_tokens(draft_row[None, :], 1)[0, 0])
     others = [token for token in _support(draft_row) if token != hub]
+    others_mass = draft_row[others].sum()  # = 1 − q(hub), without cancellation
     tuples, probs = [], []
     for token in others:
         tuples += [(hub, token), (token, hub)]
-        probs += [draft_row[hub] * draft_row[token] / (1.0 - draft_row[hub]), draft_row[token]]
+        probs += [draft_row[hub] * draft_row[token] / others_mass, draft_row[token]]
     return np.array(tuples, dtype=np.int64), np.array(probs)
 
 

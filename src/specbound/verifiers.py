@@ -436,10 +436,12 @@ class SpecHub(Greedy):
 # --------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
 def _solved_coupling(target_bytes: bytes, draft_bytes: bytes, num_drafts: int, scheme: str):
-    from specbound.bounds import optimal_coupling
+    from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling
 
     target_row = np.frombuffer(target_bytes)
-    tuples, tuple_probs = get_draft_scheme(scheme).joint_law(np.frombuffer(draft_bytes), num_drafts)
+    tuples, tuple_probs = get_draft_scheme(scheme).joint_law(
+        np.frombuffer(draft_bytes), num_drafts, max_tuples=MAX_LP_VARIABLES // len(target_row)
+    )
     coupling, acceptance = optimal_coupling(target_row, tuples, tuple_probs)
     index = {tuple(row): k for k, row in enumerate(tuples.tolist())}
     return index, coupling / tuple_probs[:, None], acceptance
