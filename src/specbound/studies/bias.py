@@ -1,0 +1,192 @@
+"""Trading bias for speed [YIN] §4: Decoding-OPT vs Decoding-UNO along real generations.
+
+Both accept the draft x with b = min(1, (p(x) + ε)/q(x)); OPT resamples from
+norm((p − q)+) — the optimal resampling law, so its bias is Loss*(b) and it sits on the
+Pareto front P(reject) + bias = TV(p, q) [YIN Thm 4, 5] — and UNO from the target p.
+
+Quality: [YIN] Table 1 compares OPT and UNO by win rate under reward models and GPT-4,
+judges we do not have. The exact per-token bias TV(O_t, p_t) — how far the law of the
+emitted token is from the target's, computed from the rows, not estimated — is the better
+defined measure, and the one the theorems are about, so it is what this study reports.
+
+Units: prompts × temperatures × configurations. The ``reference`` configuration is the
+lossless chain (ε = 0): its generation is a target sample, and along it, from one forward
+of each model, every (method, ε)'s exact per-token bias and rejection probability are
+computed from the same rows (so the averaged points can be set against the averaged front
+line, which is the mean of TV(p_t, q_t)). Every (method, ε) configuration then generates
+with the engine for the measured speed: tokens per target call, acceptance and wall-clock,
+against the reference chain of the same lookahead γ.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specbound.datasets import Prompt
+from specbound.engine import Processing
+from specbound.engine.methods import Method, build_method
+from specbound.probability import total_variation
+from specbound.studies.acceptance import generation_summary
+from specbound.studies.pair import ModelPair
+from specbound.studies.records import StudyResults
+from specbound.studies.runner import Unit, UnitOutput
+from specbound.studies.statistics import grouped_per_token_means, mean_over_prompts
+from specbound.studies.traces import generate_trace, trace_probs
+from specbound.verifiers import get_verifier
+
+BIASED_METHODS = ("decoding_opt", "decoding_uno")
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class BiasConfig:
+    method: str  # "reference" (lossless chain) or a biased method
+    epsilon: float
+
+    @property
+    def label(self) -> str:
+        return REFERENCE if self.method == REFERENCE else f"{self.method},ε={self.epsilon:g}"
+
+    def engine_method(self, gamma: int) -> Method:
+        if self.method == REFERENCE:
+            return build_method("chain", gamma=gamma)
+        return build_method(self.method, gamma=gamma, epsilon=self.epsilon)
+
+
+class BiasStudy:
+    name = "bias"
+
+    def __init__(
+        self,
+        temperatures=(0.7,),
+        epsilons=(0.1, 0.2, 0.4, 0.8),
+        methods=BIASED_METHODS,
+        gamma: int = 4,
+        max_new_tokens: int = 128,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ):
+        for method in methods:
+            if method not in BIASED_METHODS:
+                raise ValueError(f"methods: expected some of {', '.join(BIASED_METHODS)}, got {method!r}")
+        self.temperatures = [float(value) for value in temperatures]
+        for temperature in self.temperatures:
+            Processing(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.epsilons = [float(value) for value in epsilons]
+        for epsilon in self.epsilons:
+            get_verifier("decoding_opt", epsilon=epsilon)  # checks ε
+        self.methods = list(methods)
+        self.gamma = gamma
+        self.max_new_tokens = max_new_tokens
+        self.top_k, self.top_p = top_k, top_p
+        self.configs = [BiasConfig(REFERENCE, 0.0)] + [
+            BiasConfig(method, epsilon) for method in self.methods for epsilon in self.epsilons
+        ]
+        build_method("chain", gamma=gamma)  # checks γ
+
+    def settings(self) -> dict:
+        return {
+            "temperatures": self.temperatures,
+            "epsilons": self.epsilons,
+            "methods": self.methods,
+            "gamma": self.gamma,
+            "max_new_tokens": self.max_new_tokens,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "generation": f"engine chains, γ = {self.gamma}; exact bias along the lossless reference",
+        }
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]:
+        return [
+            Unit(f"{prompt.id}|T={temperature:g}|{config.label}", prompt,
+                 {"temperature": temperature, "config": config})
+            for temperature in self.temperatures
+            for config in self.configs
+            for prompt in prompts
+        ]
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        temperature, config = unit.config["temperature"], unit.config["config"]
+        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
+        trace = generate_trace(
+            pair, processing, config.engine_method(self.gamma), pair.encode(unit.prompt.text),
+            self.max_new_tokens, generator,
+        )
+        common = {"prompt_id": unit.prompt.id, "temperature": temperature, "config": config.label}
+        run = {**common, "method": config.method, "epsilon": config.epsilon, **generation_summary(pair, trace)}
+        seconds = {"generate": trace.stats.wall_seconds}
+        if config.method != REFERENCE:
+            return UnitOutput([], run, seconds)
+        started = time.perf_counter()
+        target_rows, draft_rows = trace_probs(pair, trace, processing)
+        scored = time.perf_counter()
+        divergence = total_variation(target_rows, draft_rows)
+        points = []
+        for method in self.methods:
+            for epsilon in self.epsilons:
+                verifier = get_verifier(method, epsilon=epsilon)
+                points.append((method, epsilon, verifier.bias(target_rows, draft_rows),
+                               verifier.rejection_rate(target_rows, draft_rows)))
+        positions = [
+            {
+                **common,
+                "position": position,
+                "token": token,
+                "total_variation": float(divergence[position]),
+                "points": [
+                    {"method": method, "epsilon": epsilon, "bias": float(bias[position]),
+                     "rejection": float(rejection[position])}
+                    for method, epsilon, bias, rejection in points
+                ],
+            }
+            for position, token in enumerate(trace.tokens)
+        ]
+        seconds.update(score=scored - started, bias=time.perf_counter() - scored)
+        return UnitOutput(positions, run, seconds)
+
+
+def bias_summary(results: StudyResults) -> dict:
+    """Per temperature: the per-token mean TV (the front line) and, per (method, ε), the
+    per-token means of bias and rejection (standard errors over prompts); per configuration,
+    the measured tokens per target call, engine acceptance and tokens per second, and the
+    speed gain over the lossless reference (ratio of tokens per call and of tokens/s)."""
+    front = grouped_per_token_means(results.positions, lambda r: (r["temperature"],), lambda r: r["total_variation"])
+    points = {}
+    for name in ("bias", "rejection"):
+        flat = [
+            {"prompt_id": record["prompt_id"], "key": (record["temperature"], point["method"], point["epsilon"]),
+             "value": point[name]}
+            for record in results.positions for point in record["points"]
+        ]
+        for key, value in grouped_per_token_means(flat, lambda r: r["key"], lambda r: r["value"]).items():
+            points.setdefault(key, {})[name] = value
+    speed = {}
+    for run in results.runs:
+        seconds = results.timings.get(run["unit"], {}).get("generate")
+        entry = speed.setdefault((run["temperature"], run["config"]), {"tokens": 0, "calls": 0, "seconds": 0.0,
+                                                                       "accepted": [], "timed": True})
+        entry["tokens"] += len(run["tokens"])
+        entry["calls"] += run["engine"]["target_calls"]
+        entry["accepted"].append(run["engine"]["acceptance_rate"])
+        entry["timed"] &= seconds is not None
+        entry["seconds"] += seconds or 0.0
+    measured = {}
+    for (temperature, label), entry in speed.items():
+        measured[(temperature, label)] = {
+            "tokens_per_call": entry["tokens"] / entry["calls"],
+            "acceptance": mean_over_prompts(entry["accepted"]),
+            "tokens_per_second": entry["tokens"] / entry["seconds"] if entry["timed"] and entry["seconds"] else None,
+        }
+    for (temperature, label), values in measured.items():
+        reference = measured.get((temperature, REFERENCE))
+        values["gain_per_call"] = values["tokens_per_call"] / reference["tokens_per_call"] if reference else None
+        timed = reference and reference["tokens_per_second"] and values["tokens_per_second"]
+        values["gain_per_second"] = values["tokens_per_second"] / reference["tokens_per_second"] if timed else None
+    return {
+        "front": {key[0]: value for key, value in front.items()},
+        "points": points,
+        "measured": measured,
+    }

@@ -1,0 +1,206 @@
+"""Theory vs practice [YIN] §3: predicted and measured rejections along real generations.
+
+Units: prompts × temperatures × engine configurations (M drafts at the root, lookahead γ):
+single-draft chains with γ ∈ ``lookaheads`` (None: K = ∞, drafting to the horizon — the
+engine cuts every round at the remaining length) and batch speculative decoding [YIN Alg. 4]
+with M ∈ ``batch_sizes`` at ``batch_lookahead``. Each unit generates a fixed horizon of
+``max_new_tokens`` tokens with that configuration (EOS does not stop it: the theorems are
+for a fixed T), scores the generated sequence with one forward of each model, and records
+- measured: the engine's rejections (steps that ended with a residual token) and target
+  calls;
+- predicted for this very configuration and trace: ``trace_expected_cost`` with the
+  engine's rounds — an unbiased estimate of the measured counts, so their difference has
+  mean zero when engine and theory agree;
+- the papers' formula: Thm 1 (Σ_t TV(p_t, q_t), M = 1) or Thm 3 (M > 1) along the trace,
+  K = ∞ with every position verified; the predicted acceleration is T / that.
+Averages are over prompts, with standard errors over prompts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specbound.datasets import Prompt
+from specbound.engine import Processing
+from specbound.engine.methods import Method, batch, chain
+from specbound.probability import total_variation
+from specbound.studies.acceptance import generation_summary
+from specbound.studies.pair import ModelPair
+from specbound.studies.records import StudyResults
+from specbound.studies.runner import Unit, UnitOutput
+from specbound.studies.statistics import mean_over_prompts
+from specbound.studies.trace_theory import trace_expected_cost
+from specbound.studies.traces import generate_trace, trace_probs
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    num_drafts: int  # M i.i.d. drafts at each round's root
+    lookahead: int | None  # γ; None = K = ∞ (to the horizon)
+
+    @property
+    def label(self) -> str:
+        lookahead = "∞" if self.lookahead is None else str(self.lookahead)
+        return f"M={self.num_drafts},γ={lookahead}"
+
+    def method(self, horizon: int) -> Method:
+        gamma = self.lookahead or horizon
+        return chain(gamma) if self.num_drafts == 1 else batch(self.num_drafts, gamma)
+
+
+def decoding_configs(lookaheads, batch_sizes, batch_lookahead) -> list[DecodingConfig]:
+    """Chains at each lookahead, then batch SD at each M (M = 1 only if not already there)."""
+    configs = [DecodingConfig(1, lookahead) for lookahead in lookaheads]
+    for num_drafts in batch_sizes:
+        config = DecodingConfig(num_drafts, batch_lookahead)
+        if config not in configs:
+            configs.append(config)
+    return configs
+
+
+def _lookahead(value) -> int | None:
+    if value is None or value == math.inf:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"lookahead: expected a positive integer or None (K = ∞), got {value!r}")
+    return value
+
+
+class RejectionsStudy:
+    name = "rejections"
+
+    def __init__(
+        self,
+        temperatures=(0.7,),
+        max_new_tokens: int = 128,
+        lookaheads=(None, 2, 4, 8),
+        batch_sizes=(1, 2, 4, 8),
+        batch_lookahead: int | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ):
+        for size in batch_sizes:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"batch_sizes: expected positive integers, got {size!r}")
+        self.temperatures = [float(value) for value in temperatures]
+        for temperature in self.temperatures:
+            Processing(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.max_new_tokens = max_new_tokens
+        self.configs = decoding_configs(
+            [_lookahead(value) for value in lookaheads], list(batch_sizes), _lookahead(batch_lookahead)
+        )
+        self.top_k, self.top_p = top_k, top_p
+
+    def settings(self) -> dict:
+        return {
+            "temperatures": self.temperatures,
+            "max_new_tokens": self.max_new_tokens,
+            "configs": [config.label for config in self.configs],
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "generation": "fixed horizon (EOS does not stop), each configuration generates its own trace",
+        }
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]:
+        return [
+            Unit(
+                f"{prompt.id}|T={temperature:g}|{config.label}",
+                prompt,
+                {"temperature": temperature, "config": config},
+            )
+            for temperature in self.temperatures
+            for config in self.configs
+            for prompt in prompts
+        ]
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        temperature, config = unit.config["temperature"], unit.config["config"]
+        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
+        trace = generate_trace(
+            pair, processing, config.method(self.max_new_tokens), pair.encode(unit.prompt.text),
+            self.max_new_tokens, generator, stop_at_eos=False,
+        )
+        started = time.perf_counter()
+        target_rows, draft_rows = trace_probs(pair, trace, processing)
+        scored = time.perf_counter()
+        tokens = np.array(trace.tokens)
+        engine_rounds = trace_expected_cost(
+            target_rows, draft_rows, tokens, config.num_drafts, config.lookahead, last_token_bonus=True
+        )
+        theorem = trace_expected_cost(target_rows, draft_rows, tokens, config.num_drafts, None, last_token_bonus=False)
+        divergence = total_variation(target_rows, draft_rows)
+        common = {"prompt_id": unit.prompt.id, "temperature": temperature, "config": config.label}
+        positions = [
+            {
+                **common,
+                "position": position,
+                "token": int(tokens[position]),
+                "total_variation": float(divergence[position]),
+                "expected_rejection": float(engine_rounds.expected_rejection[position]),
+                "round_start": float(engine_rounds.round_start[position]),
+            }
+            for position in range(len(tokens))
+        ]
+        run = {
+            **common,
+            "num_drafts": config.num_drafts,
+            "lookahead": config.lookahead,
+            "horizon": len(tokens),
+            "measured": {"rejections": trace.stats.rejections, "target_calls": trace.stats.target_calls},
+            "predicted": {"rejections": engine_rounds.rejections, "target_calls": engine_rounds.target_calls},
+            "theorem_rejections": theorem.rejections,
+            "sum_total_variation": float(divergence.sum()),
+            **generation_summary(pair, trace),
+        }
+        seconds = {
+            "generate": trace.stats.wall_seconds,
+            "score": scored - started,
+            "theory": time.perf_counter() - scored,
+        }
+        return UnitOutput(positions, run, seconds)
+
+
+def _ratio(tokens: float, count: float) -> float:
+    """T / E[N_rej], infinite when nothing was rejected."""
+    return tokens / count if count > 0 else math.inf
+
+
+def rejections_summary(results: StudyResults) -> list[dict]:
+    """Per (temperature, configuration): means over prompts of the measured, predicted and
+    theorem counts, the paired difference measured − predicted, accelerations."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in results.runs:
+        groups.setdefault((run["temperature"], run["config"]), []).append(run)
+    order = {label: index for index, label in enumerate(results.settings["configs"])}
+    summary = []
+    for (temperature, label), runs in sorted(groups.items(), key=lambda item: (item[0][0], order[item[0][1]])):
+        horizon = sum(run["horizon"] for run in runs)
+        measured = [run["measured"]["rejections"] for run in runs]
+        predicted = [run["predicted"]["rejections"] for run in runs]
+        theorem = [run["theorem_rejections"] for run in runs]
+        measured_calls = [run["measured"]["target_calls"] for run in runs]
+        predicted_calls = [run["predicted"]["target_calls"] for run in runs]
+        summary.append({
+            "temperature": temperature,
+            "config": label,
+            "num_drafts": runs[0]["num_drafts"],
+            "lookahead": runs[0]["lookahead"],
+            "prompts": len(runs),
+            "horizon": horizon / len(runs),
+            "measured_rejections": mean_over_prompts(measured),
+            "predicted_rejections": mean_over_prompts(predicted),
+            "theorem_rejections": mean_over_prompts(theorem),
+            "difference": mean_over_prompts(np.subtract(measured, predicted)),
+            "measured_calls": mean_over_prompts(measured_calls),
+            "predicted_calls": mean_over_prompts(predicted_calls),
+            "measured_acceleration": _ratio(horizon, sum(measured)),
+            "theorem_acceleration": _ratio(horizon, sum(theorem)),
+            "measured_tokens_per_call": horizon / sum(measured_calls),
+            "predicted_tokens_per_call": horizon / sum(predicted_calls),
+        })
+    return summary
