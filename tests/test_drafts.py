@@ -87,3 +87,16 @@ def test_bad_scheme_input_raises():
     with pytest.raises(ValueError, match="integer"):
         get_draft_scheme("with_replacement").sample([0.5, 0.5], 1.5, np.random.default_rng(0))
     assert set(DRAFT_SCHEMES) == {"with_replacement", "without_replacement", "greedy", "spechub"}
+
+
+def test_top_tokens_equal_a_stable_sort_with_ties(rng):
+    from specbound.drafts import top_tokens
+    from specbound.drafts_torch import top_tokens_torch
+
+    for _ in range(200):
+        vocab, batch = int(rng.integers(2, 30)), int(rng.integers(1, 5))
+        count = int(rng.integers(0, vocab + 1))
+        draft = np.round(rng.random((batch, vocab)), 1)  # many ties
+        expected = np.argsort(-draft, axis=-1, kind="stable")[:, :count]
+        np.testing.assert_array_equal(top_tokens(draft, count), expected)
+        np.testing.assert_array_equal(top_tokens_torch(torch.tensor(draft), count).numpy(), expected)

@@ -94,8 +94,19 @@ class DraftScheme:
 
 
 def top_tokens(draft_probs: np.ndarray, count: int) -> np.ndarray:
-    """The ``count`` most probable tokens per row, ties to the lower id.  # -> [batch, count]"""
-    return np.argsort(-draft_probs, axis=-1, kind="stable")[:, :count]
+    """The ``count`` most probable tokens per row, most probable first, ties to the lower
+    id. O(V) per row: a partition finds the count-th largest value, ties at it are
+    filled in id order.  # [batch, vocab] -> [batch, count]"""
+    if count == 0:
+        return np.zeros((draft_probs.shape[0], 0), dtype=np.int64)
+    vocab = draft_probs.shape[-1]
+    kth = np.partition(draft_probs, vocab - count, axis=-1)[:, vocab - count, None]
+    above, tied = draft_probs > kth, draft_probs == kth
+    needed = count - above.sum(axis=-1, keepdims=True)
+    chosen = above | (tied & (np.cumsum(tied, axis=-1) <= needed))
+    tokens = np.nonzero(chosen)[1].reshape(-1, count)  # id order within each row
+    order = np.argsort(-np.take_along_axis(draft_probs, tokens, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(tokens, order, axis=-1)
 
 
 def _without(draft_probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:

@@ -10,8 +10,18 @@ import torch
 
 
 def top_tokens_torch(draft_probs, count: int):
-    """The ``count`` most probable tokens per row, ties to the lower id.  # -> [batch, count]"""
-    return torch.sort(draft_probs, dim=-1, descending=True, stable=True).indices[:, :count]
+    """The ``count`` most probable tokens per row, most probable first, ties to the lower
+    id, in O(V): top-k finds the count-th largest value, ties at it are filled in id
+    order.  # [batch, vocab] -> [batch, count]"""
+    if count == 0:
+        return torch.zeros((draft_probs.shape[0], 0), dtype=torch.long, device=draft_probs.device)
+    kth = torch.topk(draft_probs, count, dim=-1).values[:, -1:]
+    above, tied = draft_probs > kth, draft_probs == kth
+    needed = count - above.sum(dim=-1, keepdim=True)
+    chosen = above | (tied & (torch.cumsum(tied, dim=-1) <= needed))
+    tokens = torch.nonzero(chosen)[:, 1].view(-1, count)  # id order within each row
+    order = torch.sort(draft_probs.gather(1, tokens), dim=-1, descending=True, stable=True).indices
+    return tokens.gather(1, order)
 
 
 def _with_replacement(draft_probs, num_drafts, generator):
