@@ -16,6 +16,8 @@ COMMAND_MODULES = [
     "specbound.commands.theory",
     "specbound.commands.run",
     "specbound.commands.bounds",
+    "specbound.commands.study",
+    "specbound.commands.report",
 ]
 
 
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except ValueError as error:
+    except (ValueError, ImportError) as error:  # bad input; a model package not installed
         print(f"specbound {args.command}: error: {error}", file=sys.stderr)
         return 2
 
