@@ -11,6 +11,8 @@ import argparse
 import importlib
 import sys
 
+from specbound.gguf_assets import ModelPackageMissingError
+
 COMMAND_MODULES = [
     "specbound.commands.accept",
     "specbound.commands.theory",
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (ValueError, ImportError) as error:  # bad input; a model package not installed
+    except (ValueError, ModelPackageMissingError) as error:
         print(f"specbound {args.command}: error: {error}", file=sys.stderr)
         return 2
 
