@@ -9,10 +9,13 @@ tests build one from tiny in-process models.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+
+from specbound.engine.chat import encode_prompt, stop_token_ids
 
 
 @dataclass(frozen=True)
@@ -28,39 +31,28 @@ class ModelPair:
 
 def load_pair(target: str, draft: str, dtype: torch.dtype = torch.bfloat16, progress: bool = True) -> ModelPair:
     """Load both models offline (``specbound.models.load_model``), check their shared
-    vocabulary, and format prompts with the target tokenizer's chat template when it has
-    one (the default pair are instruct models), as a single user message."""
+    vocabulary, and encode prompts as the engine's ``chat`` does (the chat template as one
+    user turn when the tokenizer has one — the default pair are instruct models)."""
     from specbound.models import check_shared_vocabulary, load_model
 
     target_loaded = load_model(target, dtype=dtype, progress=progress)
     draft_loaded = load_model(draft, dtype=dtype, progress=progress)
     vocab_size = check_shared_vocabulary(target_loaded, draft_loaded)
     tokenizer = target_loaded.tokenizer
-    eos = {tokenizer.eos_token_id}
-    configured = getattr(target_loaded.model.generation_config, "eos_token_id", None)
-    eos |= set(configured) if isinstance(configured, (list, tuple)) else {configured}
-    eos_token_ids = tuple(sorted(token for token in eos if token is not None))
-
-    def encode(text: str) -> list[int]:
-        if tokenizer.chat_template:
-            text = tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
-            )
-        return tokenizer.encode(text, add_special_tokens=False)
-
+    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, target_loaded.model)))
     return ModelPair(
         target=target_loaded.model,
         draft=draft_loaded.model,
         vocab_size=vocab_size,
         eos_token_ids=eos_token_ids,
-        encode=encode,
-        decode=lambda tokens: tokenizer.decode(tokens),
+        encode=functools.partial(encode_prompt, tokenizer),
+        decode=tokenizer.decode,
         description={
             "target": target,
             "draft": draft,
             "dtype": str(dtype).removeprefix("torch."),
             "vocab_size": vocab_size,
             "eos_token_ids": list(eos_token_ids),
-            "prompt_format": "chat template, one user message" if tokenizer.chat_template else "raw text",
+            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text",
         },
     )

@@ -1,0 +1,26 @@
+"""``specbound report RESULTS_DIR``: one Markdown report and its HTML version, with tables
+and PNG figures, from every study found below RESULTS_DIR (see ``specbound.studies.report``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specbound.studies.report import write_report
+
+
+def run(args: argparse.Namespace) -> int:
+    markdown = write_report(args.results_dir)
+    print(f"wrote {markdown}")
+    print(f"wrote {markdown.with_suffix('.html')}")
+    return 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="Markdown + HTML report of study results",
+        description="Render every study's results below RESULTS_DIR (written by `specbound study`) as "
+        "RESULTS_DIR/report/report.md and report.html, with tables and PNG figures.",
+    )
+    parser.add_argument("results_dir", metavar="RESULTS_DIR", help="folder the studies wrote (their --out)")
+    parser.set_defaults(handler=run)
