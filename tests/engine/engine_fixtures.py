@@ -69,7 +69,8 @@ def exact_sequence_law(model, prompt, processing, num_tokens, eos=EOS) -> dict[t
         inputs = torch.tensor([list(prompt) + list(prefix) for prefix in prefixes])
         with torch.no_grad():
             logits = model(input_ids=inputs).logits[:, -1].float()
-        probs = processing.probs(logits).numpy()
+        probs = processing.probs(logits).double().numpy()
+        probs /= probs.sum(axis=1, keepdims=True)
         grown = {}
         for prefix, row in zip(prefixes, probs):
             for token in np.flatnonzero(row > 0):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from specbound.engine.processing import Processing
+from specbound.engine.processing import PROBS_DTYPE, Processing
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.0, -1.0, 3.0], [0.0, 0.0, 0.0, 0.0, 0.0]])
 
@@ -17,15 +17,15 @@ def softmax(values):
 
 def test_temperature_one_is_softmax():
     probs = Processing().probs(LOGITS)
-    assert probs.dtype == torch.float64
-    torch.testing.assert_close(probs[0], torch.tensor(softmax([2.0, 1.0, 0.0, -1.0, 3.0]), dtype=torch.float64))
-    torch.testing.assert_close(probs[1], torch.full((5,), 0.2, dtype=torch.float64))
+    assert probs.dtype == PROBS_DTYPE
+    torch.testing.assert_close(probs[0], torch.tensor(softmax([2.0, 1.0, 0.0, -1.0, 3.0]), dtype=PROBS_DTYPE))
+    torch.testing.assert_close(probs[1], torch.full((5,), 0.2, dtype=PROBS_DTYPE))
 
 
 def test_temperature_scales_logits():
     probs = Processing(temperature=0.5).probs(LOGITS[:1])
     expected = softmax([4.0, 2.0, 0.0, -2.0, 6.0])
-    torch.testing.assert_close(probs[0], torch.tensor(expected, dtype=torch.float64))
+    torch.testing.assert_close(probs[0], torch.tensor(expected, dtype=PROBS_DTYPE))
 
 
 def test_temperature_zero_is_argmax_point_mass_ties_to_lower_id():

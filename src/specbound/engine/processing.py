@@ -19,7 +19,9 @@ import torch
 
 from specbound.verifiers_torch import sample_from_torch
 
-PROBS_DTYPE = torch.float64
+# float32: on a 150k vocabulary the per-node softmax and verifier ops cost about half of
+# float64's, and a row's sum is still within 1e-6 of 1 (the verifiers' tolerance).
+PROBS_DTYPE = torch.float32
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class Processing:
             )
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probabilities of the next token.  # [rows, model_vocab] -> [rows, vocab] float64"""
+        """Probabilities of the next token.  # [rows, model_vocab] -> [rows, vocab] float32"""
         if logits.ndim != 2:
             raise ValueError(f"logits: expected shape [rows, vocab], got {tuple(logits.shape)}")
         if self.vocab_size is not None:

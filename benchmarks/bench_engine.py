@@ -1,0 +1,181 @@
+"""Our engine against transformers' generate, side by side on the same pair and prompts.
+
+Runs, interleaved prompt by prompt so that load drift hits every method alike:
+- ``hf-plain``: ``model.generate`` (sampling, temperature T, no top-k/top-p);
+- ``hf-assisted``: ``generate(assistant_model=draft)`` with transformers' defaults
+  (up to 20 draft tokens, stopping when the draft's confidence drops below 0.4);
+- ``hf-assisted-4``: the same with a constant 4 draft tokens;
+- ``hf-lookup``: ``generate(prompt_lookup_num_tokens=4)`` (only with --lookup);
+- ours: autoregressive, chains and trees (``--ours``), plus a prompt-lookup chain with
+  --lookup.
+Prints tokens/s per method and its ratio to hf-plain and to the better assisted run, and
+writes one JSONL line per (repeat, prompt, method) to --output as soon as it finishes;
+rerunning with the same --output skips what is already there.
+
+    python benchmarks/bench_engine.py --limit 4 --max-new-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from specbound.datasets import load_prompts
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
+from specbound.engine.chat import encode_prompt, stop_token_ids
+from specbound.engine.methods import build_method
+from specbound.models import check_shared_vocabulary, load_model
+
+DEFAULT_OURS = "chain:gamma=3,chain:gamma=4,tree:num_drafts=2:depth=2,tree:num_drafts=2:depth=3"
+
+
+def parse_ours(text: str) -> list[tuple[str, dict]]:
+    """'tree:num_drafts=2:depth=3,chain:gamma=4' -> [(name, options), ...]"""
+    methods = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, *pairs = item.split(":")
+        options = {}
+        for pair in pairs:
+            key, value = pair.split("=")
+            options[key] = value if key == "verifier" else int(value)
+        methods.append((name, options))
+    return methods
+
+
+def hf_runner(target, temperature, max_new_tokens, stop_ids, **options):
+    def run(prompt_ids, seed):
+        torch.manual_seed(seed)  # transformers samples from the global generator
+        inputs = torch.tensor([prompt_ids])
+        output = target.generate(
+            inputs, attention_mask=torch.ones_like(inputs), do_sample=True,
+            temperature=temperature, top_k=None, top_p=None, max_new_tokens=max_new_tokens,
+            eos_token_id=sorted(stop_ids), pad_token_id=sorted(stop_ids)[0], **options,
+        )
+        return output[0, len(prompt_ids):].tolist()
+
+    return run
+
+
+def engine_runner(decoder, method, max_new_tokens):
+    def run(prompt_ids, seed):
+        generation = decoder.generate(prompt_ids, method, max_new_tokens,
+                                      torch.Generator().manual_seed(seed))
+        return generation.tokens, generation.stats.to_dict()
+
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="default-target")
+    parser.add_argument("--draft", default="default-draft")
+    parser.add_argument("--prompts", default="instructions")
+    parser.add_argument("--limit", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--ours", default=DEFAULT_OURS)
+    parser.add_argument("--lookup", action="store_true", help="add prompt-lookup runs")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="benchmarks/results/bench_engine.jsonl")
+    args = parser.parse_args()
+
+    target = load_model(args.target)
+    draft = load_model(args.draft)
+    vocab_size = check_shared_vocabulary(target, draft)
+    stop_ids = stop_token_ids(target.tokenizer, target.model)
+    processing = Processing(args.temperature, vocab_size=vocab_size)
+    model_decoder = Decoder(CausalLM(target.model), ModelDrafter(CausalLM(draft.model), processing),
+                            processing, stop_ids)
+    lookup_decoder = Decoder(model_decoder.target, PromptLookupDrafter(vocab_size), processing, stop_ids)
+
+    hf_options = dict(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                      stop_ids=stop_ids)
+    runners = {
+        "hf-plain": hf_runner(target.model, **hf_options),
+        "hf-assisted": hf_runner(target.model, assistant_model=draft.model,
+                                 **hf_options),
+    }
+    constant_draft = dict(num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
+                          assistant_confidence_threshold=0.0)
+
+    def assisted_constant(prompt_ids, seed):
+        config = draft.model.generation_config
+        saved = {key: getattr(config, key) for key in constant_draft}
+        for key, value in constant_draft.items():
+            setattr(config, key, value)
+        try:
+            return runners["hf-assisted"](prompt_ids, seed)
+        finally:
+            for key, value in saved.items():
+                setattr(config, key, value)
+
+    runners["hf-assisted-4"] = assisted_constant
+    runners["ours autoregressive"] = engine_runner(model_decoder, build_method("autoregressive"),
+                                                   args.max_new_tokens)
+    for name, options in parse_ours(args.ours):
+        method = build_method(name, **options)
+        runners[f"ours {method.name}"] = engine_runner(model_decoder, method, args.max_new_tokens)
+    if args.lookup:
+        runners["hf-lookup"] = hf_runner(target.model, prompt_lookup_num_tokens=4,
+                                         **hf_options)
+        runners["ours lookup chain γ=4"] = engine_runner(lookup_decoder, build_method("chain", gamma=4),
+                                                         args.max_new_tokens)
+
+    prompts = load_prompts(args.prompts, limit=args.limit)
+    encoded = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts]
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if output.exists():
+        done = {(r["repeat"], r["prompt_id"], r["method"]) for r in map(json.loads, output.open())}
+    for runner in runners.values():  # warm-up, not recorded
+        runner(encoded[0][:16], args.seed)
+
+    jobs = [(repeat, index, label) for repeat in range(args.repeats)
+            for index in range(len(prompts)) for label in runners]
+    with output.open("a") as results:
+        for repeat, index, label in tqdm(jobs, desc="bench", file=sys.stderr):
+            key = (repeat, prompts[index].id, label)
+            if key in done:
+                continue
+            started = time.perf_counter()
+            result = runners[label](encoded[index], args.seed + 1000 * repeat + index)
+            seconds = time.perf_counter() - started
+            tokens, stats = result if isinstance(result, tuple) else (result, {})
+            record = {"repeat": repeat, "prompt_id": prompts[index].id, "method": label,
+                      "new_tokens": len(tokens), "seconds": seconds, "stats": stats}
+            results.write(json.dumps(record) + "\n")
+            results.flush()
+
+    report(output, list(runners))
+    return 0
+
+
+def report(path: Path, labels: list[str]) -> None:
+    tokens, seconds, calls = defaultdict(int), defaultdict(float), defaultdict(int)
+    for record in map(json.loads, path.open()):
+        tokens[record["method"]] += record["new_tokens"]
+        seconds[record["method"]] += record["seconds"]
+        calls[record["method"]] += record["stats"].get("target_calls", 0)
+    speed = {label: tokens[label] / seconds[label] for label in labels if seconds[label]}
+    assisted = max(speed.get("hf-assisted", 0.0), speed.get("hf-assisted-4", 0.0))
+    print(f"{'method':40s} {'tokens':>7s} {'tok/s':>7s} {'/hf-plain':>9s} {'/assisted':>9s} {'tok/call':>8s}")
+    for label in labels:
+        if label not in speed:
+            continue
+        per_call = tokens[label] / calls[label] if calls[label] else float("nan")
+        print(f"{label:40s} {tokens[label]:7d} {speed[label]:7.2f} "
+              f"{speed[label] / speed['hf-plain']:9.2f} "
+              f"{speed[label] / assisted if assisted else float('nan'):9.2f} {per_call:8.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
