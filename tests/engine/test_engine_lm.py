@@ -3,8 +3,9 @@ committing a path (rollback of the rest) leaves a cache equal to recomputing fro
 
 import pytest
 import torch
+from transformers import Qwen2ForCausalLM
 
-from engine_fixtures import tiny_model
+from engine_fixtures import tiny_config, tiny_model
 from specbound.engine.lm import CausalLM
 
 PROMPT = [1, 2, 3, 4]
@@ -38,7 +39,7 @@ def test_tree_forward_equals_separate_forwards(architecture, attention):
     model = tiny_model(seed=3, architecture=architecture, attention=attention)
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm))
+    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
     assert lm.forward_calls == 2
     for node in range(len(TREE_TOKENS)):
         expected = full_forward_logits(model, node_prefix(node))
@@ -51,7 +52,7 @@ def test_tree_mask_is_honoured():
     model = tiny_model(seed=3)
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm))
+    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
     causal_logits = full_forward_logits(model, PROMPT + TREE_TOKENS)
     assert (tree_logits[-1] - causal_logits).abs().max() > 1e-2
 
@@ -70,7 +71,7 @@ def test_commit_path_equals_recomputing(path):
     torch.testing.assert_close(next_logits[-1], full_forward_logits(model, committed + [2, 5]),
                                rtol=1e-5, atol=1e-5)
     # and a second tree on top of the rolled-back cache is still exact
-    tree_logits = lm.extend_tree([3, 1], [lm.length - 1, lm.length])
+    tree_logits = lm.extend_tree([3, 1], [lm.length - 1, lm.length]).logits()
     torch.testing.assert_close(tree_logits[1], full_forward_logits(model, committed + [2, 5, 3, 1]),
                                rtol=1e-5, atol=1e-5)
 
@@ -79,7 +80,7 @@ def test_tree_from_an_empty_cache():
     """With nothing committed, root nodes take parent −1 and position 0."""
     model = tiny_model(seed=5)
     lm = CausalLM(model)
-    logits = lm.extend_tree([1, 2, 3], [-1, 0, 0])
+    logits = lm.extend_tree([1, 2, 3], [-1, 0, 0]).logits()
     torch.testing.assert_close(logits[2], full_forward_logits(model, [1, 3]), rtol=1e-5, atol=1e-5)
 
 
@@ -106,3 +107,24 @@ def test_bad_parents_are_refused():
         lm.extend_tree([1, 2], [lm.length - 1, lm.length + 1])  # a parent not yet created
     with pytest.raises(ValueError, match="token_ids"):
         lm.extend([99])
+
+
+class DoubledLogits(Qwen2ForCausalLM):
+    """A model whose logits are not head(base_model(x)): the wrapper must fall back to
+    full logits from every forward."""
+
+    def forward(self, *args, **kwargs):
+        output = super().forward(*args, **kwargs)
+        output.logits = 2 * output.logits
+        return output
+
+
+def test_models_with_extra_logit_processing_are_scored_exactly():
+    torch.manual_seed(6)
+    model = DoubledLogits(tiny_config()).eval()
+    lm = CausalLM(model)
+    lm.extend(PROMPT)
+    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
+    for node in range(len(TREE_TOKENS)):
+        expected = full_forward_logits(model, node_prefix(node))
+        torch.testing.assert_close(tree_logits[node], expected, rtol=1e-5, atol=1e-5)

@@ -44,7 +44,7 @@ def test_real_tree_forward_equals_separate_forwards(pair):
     lm = CausalLM(draft)
     prompt = [1000, 2000, 3000]
     lm.extend(prompt)
-    logits = lm.extend_tree([11, 12, 13], [2, 2, 3])  # 11 and 12 siblings, 13 below 11
+    logits = lm.extend_tree([11, 12, 13], [2, 2, 3]).logits()  # 11, 12 siblings; 13 below 11
     for row, path in enumerate([[11], [12], [11, 13]]):
         with torch.no_grad():
             expected = draft(input_ids=torch.tensor([prompt + path])).logits[0, -1].float()

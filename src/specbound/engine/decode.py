@@ -138,10 +138,8 @@ class Decoder:
             first = self.target.length
             parents = [first - 1 + i for i in range(len(pending))]
             parents += [first + len(pending) - 1 + parent for parent in tree.parents[1:]]
-            logits = self.target.extend_tree(pending + tree.tokens[1:], parents)
-            node_logits = logits[len(pending) - 1 :]  # [tree nodes, logits]
-        with stats.timed("verify"):
-            outcome = self._walk(tree, node_logits, method, generator, stats)
+            scores = self.target.extend_tree(pending + tree.tokens[1:], parents)
+        outcome = self._walk(tree, scores, len(pending) - 1, method, generator, stats)
         with stats.timed("target"):
             root = first + len(pending) - 1
             self.target.commit(list(range(first, root + 1)) + [root + node for node in outcome.path])
@@ -155,16 +153,23 @@ class Decoder:
         stats.accepted_lengths.append(len(outcome.path))
         return outcome
 
-    def _walk(self, tree, node_logits, method, generator, stats) -> StepOutcome:
-        """Verify from the root down; see the module docstring, step 3."""
+    def _walk(self, tree, scores, root_row, method, generator, stats) -> StepOutcome:
+        """Verify from the root down; see the module docstring, step 3. Tree node i is
+        row ``root_row + i`` of the target's ``scores``."""
         node, path, emitted = 0, [], []
-        while node in tree.draft_tokens:
-            target_probs = self.processing.probs(node_logits[node : node + 1])  # [1, vocab]
-            draft_tokens = tree.draft_tokens[node]  # [n]
-            verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
-            verdict = verifier.verify_torch(
-                target_probs, tree.draft_probs[node][None], draft_tokens[None], generator
-            )
+        while True:
+            with stats.timed("target"):
+                logits = scores.logits(root_row + node)  # [1, logits]
+            with stats.timed("verify"):
+                target_probs = self.processing.probs(logits)  # [1, vocab]
+                if node not in tree.draft_tokens:  # a leaf that was reached: bonus token
+                    emitted.append(int(sample_tokens(target_probs, generator)[0]))
+                    return StepOutcome(path, emitted, rejected=False)
+                draft_tokens = tree.draft_tokens[node]  # [n]
+                verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
+                verdict = verifier.verify_torch(
+                    target_probs, tree.draft_probs[node][None], draft_tokens[None], generator
+                )
             token = int(verdict.tokens[0])
             emitted.append(token)
             child = tree.children[node].get(token)
@@ -173,6 +178,3 @@ class Decoder:
                 return StepOutcome(path, emitted, rejected=True)
             path.append(child)
             node = child
-        target_probs = self.processing.probs(node_logits[node : node + 1])
-        emitted.append(int(sample_tokens(target_probs, generator)[0]))
-        return StepOutcome(path, emitted, rejected=False)

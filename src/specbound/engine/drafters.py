@@ -119,7 +119,7 @@ class ModelDrafter:
         pending = context[self.lm.committed_length :]
         first = self.lm.length
         parents = [first - 1 + i for i in range(len(pending))]
-        logits = self.lm.extend_tree(pending, parents)[-1:]
+        logits = self.lm.extend_tree(pending, parents).logits([-1])
         self._fed_positions = list(range(first, first + len(pending) - 1))
         self._positions = [first + len(pending) - 1]  # the root's cache position
         frontier = [0]
@@ -134,7 +134,7 @@ class ModelDrafter:
             logits = self.lm.extend_tree(
                 [tree.tokens[node] for node in new_nodes],
                 [self._positions[tree.parents[node]] for node in new_nodes],
-            )
+            ).logits()
             self._positions += list(range(start, start + len(new_nodes)))
             frontier = new_nodes
         tree.forward_calls = len(levels)

@@ -13,6 +13,12 @@ One ``extend_tree`` call scores any number of speculative entries in one forward
 additive attention mask, position ids = committed length + depth); ``commit`` then keeps
 the one accepted path and drops every other speculative entry (rollback).
 
+The output head (vocabulary × hidden: for a small model the largest matrix) is applied
+only to the rows that are read (``Scores.logits``): the verification of a tree visits
+one path, so the head's cost on the other nodes is saved. This needs the model's logits
+to be ``head(base_model(x))``, which is checked once per model; other models get their
+full logits from every forward.
+
 Written against the transformers 5.x cache API: a ``DynamicCache`` whose layers hold
 ``keys``/``values`` of shape ``[batch, kv_heads, seq, head_dim]``; a 4D float mask passed
 as ``attention_mask`` is used as given by both the eager and the SDPA attention.
@@ -28,6 +34,25 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
+class Scores:
+    """Next-token logits of the entries of one forward, the output head applied on demand."""
+
+    def __init__(self, states: torch.Tensor, head):
+        self._states = states  # [n, hidden] (or [n, logits] with head = identity)
+        self._head = head
+
+    def __len__(self) -> int:
+        return self._states.shape[0]
+
+    def logits(self, rows=None) -> torch.Tensor:
+        """Logits of ``rows`` (an index, list or slice; None = all).  # -> [k, logits] float32"""
+        states = self._states if rows is None else self._states[rows]
+        if states.ndim == 1:
+            states = states[None]
+        with torch.no_grad():
+            return self._head(states).float()
+
+
 class CausalLM:
     """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and its cache.
 
@@ -36,8 +61,11 @@ class CausalLM:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model.eval()
-        parameters = inspect.signature(model.forward).parameters
+        # transformers renamed ``past_key_values`` to ``cache`` during 5.x
+        parameters = inspect.signature(model.base_model.forward).parameters
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._head = model.get_output_embeddings()
+        self._factorized = self._logits_are_head_of_base_model()
         self.reset()
 
     @property
@@ -76,17 +104,17 @@ class CausalLM:
         if self._parents:
             raise ValueError("extend: speculative entries are pending; commit a path first")
         tokens = self._as_tokens(token_ids)
-        logits = self._forward(tokens, attention_mask=None, position_ids=None, last_only=last_only)
+        scores = self._forward(tokens, attention_mask=None, position_ids=None, last_only=last_only)
         self.committed_length += tokens.shape[0]
-        return logits
+        return scores.logits([-1] if last_only else None)
 
-    def extend_tree(self, token_ids, parents) -> torch.Tensor:
+    def extend_tree(self, token_ids, parents) -> Scores:
         """Append speculative entries and score them all in one forward.
 
         ``parents[i]`` is the absolute cache position of entry i's parent: the last
         committed position ``committed_length − 1`` (−1 when nothing is committed), an
         existing speculative entry, or an earlier entry of this call (``length + j``, j < i).
-        # token_ids [n], parents [n] -> logits [n, logits_size] float32
+        # token_ids [n], parents [n] -> Scores of n entries
         """
         tokens = self._as_tokens(token_ids)
         parents = [int(parent) for parent in parents]
@@ -163,7 +191,14 @@ class CausalLM:
         self._positions.append((parent if offset < 0 else self._positions[offset]) + 1)
         self._parents.append(parent)
 
-    def _forward(self, tokens, attention_mask, position_ids, last_only) -> torch.Tensor:
+    def _logits_are_head_of_base_model(self) -> bool:
+        tokens = torch.tensor([[0, 1]], device=self.device)
+        with torch.no_grad():
+            full = self.model(input_ids=tokens, use_cache=False).logits
+            split = self._head(self.model.base_model(input_ids=tokens, use_cache=False).last_hidden_state)
+        return full.shape == split.shape and bool(torch.equal(full, split))
+
+    def _forward(self, tokens, attention_mask, position_ids, last_only) -> Scores:
         arguments = {
             "input_ids": tokens[None].to(self.device),
             "attention_mask": attention_mask,
@@ -171,12 +206,15 @@ class CausalLM:
             "use_cache": True,
             self._cache_argument: self.cache,
         }
-        if last_only:
-            arguments["logits_to_keep"] = 1
         with torch.no_grad():
-            logits = self.model(**arguments).logits[0]
+            if self._factorized:
+                states = self.model.base_model(**arguments).last_hidden_state[0]
+            else:
+                if last_only:
+                    arguments["logits_to_keep"] = 1
+                states = self.model(**arguments).logits[0]
         self.forward_calls += 1
-        return logits.float()
+        return Scores(states, self._head if self._factorized else torch.nn.Identity())
 
     def _layers(self) -> list[DynamicLayer]:
         for layer in self.cache.layers:

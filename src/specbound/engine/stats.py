@@ -7,8 +7,9 @@ was reached. Prefill forwards over the prompt are not counted as calls; their ti
 the ``prefill`` phase.
 
 Phases: ``draft`` (draft forwards, draft processing and sampling, draft cache upkeep),
-``target`` (the target forward and its cache upkeep), ``verify`` (target logits →
-probabilities at the visited nodes, the verifier calls, the bonus draw).
+``target`` (the target forward, its output head at the visited nodes, its cache upkeep),
+``verify`` (target logits → probabilities at the visited nodes, the verifier calls, the
+bonus draw).
 """
 
 from __future__ import annotations
