@@ -84,8 +84,11 @@ def main() -> int:
     parser.add_argument("--ours", default=DEFAULT_OURS)
     parser.add_argument("--lookup", action="store_true", help="add prompt-lookup runs")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--output", default="benchmarks/results/bench_engine.jsonl")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     target = load_model(args.target)
     draft = load_model(args.draft)

@@ -97,8 +97,8 @@ class ModelDrafter:
     def __init__(self, lm: CausalLM, processing: Processing):
         self.lm = lm
         self.processing = processing
-        self._fed_positions: list[int] = []  # cache positions of the pending tokens fed last
-        self._positions: list[int] = []  # cache position of each scored node of the last tree
+        self._pending_positions: list[int] = []  # cache positions of the tokens fed last, root last
+        self._node_positions: list[int] = []  # cache position of each scored node (0 = root)
 
     @property
     def vocab_size(self) -> int:
@@ -120,8 +120,8 @@ class ModelDrafter:
         first = self.lm.length
         parents = [first - 1 + i for i in range(len(pending))]
         logits = self.lm.extend_tree(pending, parents).logits([-1])
-        self._fed_positions = list(range(first, first + len(pending) - 1))
-        self._positions = [first + len(pending) - 1]  # the root's cache position
+        self._pending_positions = list(range(first, first + len(pending)))
+        self._node_positions = self._pending_positions[-1:]
         frontier = [0]
         for depth, level in enumerate(levels):
             frontier_probs = self.processing.probs(logits)  # [frontier, vocab]
@@ -133,17 +133,18 @@ class ModelDrafter:
             start = self.lm.length
             logits = self.lm.extend_tree(
                 [tree.tokens[node] for node in new_nodes],
-                [self._positions[tree.parents[node]] for node in new_nodes],
+                [self._node_positions[tree.parents[node]] for node in new_nodes],
             ).logits()
-            self._positions += list(range(start, start + len(new_nodes)))
+            self._node_positions += list(range(start, start + len(new_nodes)))
             frontier = new_nodes
         tree.forward_calls = len(levels)
         return tree
 
     def commit(self, tree: DraftTree, path: list[int]) -> None:
-        """Keep the fed pending tokens and the scored nodes of the accepted ``path``."""
-        scored_path = [node for node in path if node < len(self._positions)]
-        self.lm.commit(self._fed_positions + [self._positions[node] for node in [0] + scored_path])
+        """Keep the fed tokens and the scored nodes of the accepted ``path`` (the deepest
+        level is never scored; it is fed with the next tree)."""
+        scored = [self._node_positions[node] for node in path if node < len(self._node_positions)]
+        self.lm.commit(self._pending_positions + scored)
 
 
 class PromptLookupDrafter:

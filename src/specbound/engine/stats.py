@@ -52,25 +52,18 @@ class RunStats:
 
     def merge(self, other: RunStats) -> RunStats:
         """The statistics of both runs together (e.g. over several prompts)."""
-        merged = RunStats(
+        return RunStats(
             tokens_generated=self.tokens_generated + other.tokens_generated,
             steps=self.steps + other.steps,
             target_calls=self.target_calls + other.target_calls,
             draft_calls=self.draft_calls + other.draft_calls,
             rejections=self.rejections + other.rejections,
             accepted_lengths=self.accepted_lengths + other.accepted_lengths,
+            attempts_by_position=_add(self.attempts_by_position, other.attempts_by_position),
+            accepts_by_position=_add(self.accepts_by_position, other.accepts_by_position),
             seconds={phase: self.seconds[phase] + other.seconds[phase] for phase in PHASES},
             wall_seconds=self.wall_seconds + other.wall_seconds,
         )
-        for stats in (self, other):
-            for depth, (tried, taken) in enumerate(
-                zip(stats.attempts_by_position, stats.accepts_by_position)
-            ):
-                merged.attempts_by_position.extend([0] * (depth + 1 - len(merged.attempts_by_position)))
-                merged.accepts_by_position.extend([0] * (depth + 1 - len(merged.accepts_by_position)))
-                merged.attempts_by_position[depth] += tried
-                merged.accepts_by_position[depth] += taken
-        return merged
 
     @property
     def tokens_per_target_call(self) -> float:
@@ -118,3 +111,10 @@ class RunStats:
             "seconds": dict(self.seconds),
             "wall_seconds": self.wall_seconds,
         }
+
+
+def _add(first: list[int], second: list[int]) -> list[int]:
+    """Element-wise sum of two count lists of possibly different lengths."""
+    longest = max(len(first), len(second))
+    padded = [counts + [0] * (longest - len(counts)) for counts in (first, second)]
+    return [a + b for a, b in zip(*padded)]
