@@ -49,8 +49,8 @@ def parse_ours(text: str) -> list[tuple[str, dict]]:
     return methods
 
 
-def hf_runner(target, temperature, max_new_tokens, stop_ids, **options):
-    def run(prompt_ids, seed):
+def hf_runner(target, temperature, stop_ids, **options):
+    def run(prompt_ids, seed, max_new_tokens):
         torch.manual_seed(seed)  # transformers samples from the global generator
         inputs = torch.tensor([prompt_ids])
         output = target.generate(
@@ -63,8 +63,8 @@ def hf_runner(target, temperature, max_new_tokens, stop_ids, **options):
     return run
 
 
-def engine_runner(decoder, method, max_new_tokens):
-    def run(prompt_ids, seed):
+def engine_runner(decoder, method):
+    def run(prompt_ids, seed, max_new_tokens):
         generation = decoder.generate(prompt_ids, method, max_new_tokens,
                                       torch.Generator().manual_seed(seed))
         return generation.tokens, generation.stats.to_dict()
@@ -99,8 +99,7 @@ def main() -> int:
                             processing, stop_ids)
     lookup_decoder = Decoder(model_decoder.target, PromptLookupDrafter(vocab_size), processing, stop_ids)
 
-    hf_options = dict(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                      stop_ids=stop_ids)
+    hf_options = dict(temperature=args.temperature, stop_ids=stop_ids)
     runners = {
         "hf-plain": hf_runner(target.model, **hf_options),
         "hf-assisted": hf_runner(target.model, assistant_model=draft.model,
@@ -109,28 +108,26 @@ def main() -> int:
     constant_draft = dict(num_assistant_tokens=4, num_assistant_tokens_schedule="constant",
                           assistant_confidence_threshold=0.0)
 
-    def assisted_constant(prompt_ids, seed):
+    def assisted_constant(prompt_ids, seed, max_new_tokens):
         config = draft.model.generation_config
         saved = {key: getattr(config, key) for key in constant_draft}
         for key, value in constant_draft.items():
             setattr(config, key, value)
         try:
-            return runners["hf-assisted"](prompt_ids, seed)
+            return runners["hf-assisted"](prompt_ids, seed, max_new_tokens)
         finally:
             for key, value in saved.items():
                 setattr(config, key, value)
 
     runners["hf-assisted-4"] = assisted_constant
-    runners["ours autoregressive"] = engine_runner(model_decoder, build_method("autoregressive"),
-                                                   args.max_new_tokens)
+    runners["ours autoregressive"] = engine_runner(model_decoder, build_method("autoregressive"))
     for name, options in parse_ours(args.ours):
         method = build_method(name, **options)
-        runners[f"ours {method.name}"] = engine_runner(model_decoder, method, args.max_new_tokens)
+        runners[f"ours {method.name}"] = engine_runner(model_decoder, method)
     if args.lookup:
         runners["hf-lookup"] = hf_runner(target.model, prompt_lookup_num_tokens=4,
                                          **hf_options)
-        runners["ours lookup chain γ=4"] = engine_runner(lookup_decoder, build_method("chain", gamma=4),
-                                                         args.max_new_tokens)
+        runners["ours lookup chain γ=4"] = engine_runner(lookup_decoder, build_method("chain", gamma=4))
 
     prompts = load_prompts(args.prompts, limit=args.limit)
     encoded = [encode_prompt(target.tokenizer, prompt.text) for prompt in prompts]
@@ -140,7 +137,7 @@ def main() -> int:
     if output.exists():
         done = {(r["repeat"], r["prompt_id"], r["method"]) for r in map(json.loads, output.open())}
     for runner in runners.values():  # warm-up, not recorded
-        runner(encoded[0][:16], args.seed)
+        runner(encoded[0], args.seed, 3)
 
     jobs = [(repeat, index, label) for repeat in range(args.repeats)
             for index in range(len(prompts)) for label in runners]
@@ -150,7 +147,8 @@ def main() -> int:
             if key in done:
                 continue
             started = time.perf_counter()
-            result = runners[label](encoded[index], args.seed + 1000 * repeat + index)
+            result = runners[label](encoded[index], args.seed + 1000 * repeat + index,
+                                    args.max_new_tokens)
             seconds = time.perf_counter() - started
             tokens, stats = result if isinstance(result, tuple) else (result, {})
             record = {"repeat": repeat, "prompt_id": prompts[index].id, "method": label,
@@ -163,21 +161,34 @@ def main() -> int:
 
 
 def report(path: Path, labels: list[str]) -> None:
-    tokens, seconds, calls = defaultdict(int), defaultdict(float), defaultdict(int)
+    """Tokens/s per method and its ratios; for our methods also tokens per target call and
+    the verification overhead: verify seconds per step over target seconds per call."""
+    tokens, seconds = defaultdict(int), defaultdict(float)
+    phase = defaultdict(lambda: defaultdict(float))
     for record in map(json.loads, path.open()):
-        tokens[record["method"]] += record["new_tokens"]
-        seconds[record["method"]] += record["seconds"]
-        calls[record["method"]] += record["stats"].get("target_calls", 0)
+        label = record["method"]
+        tokens[label] += record["new_tokens"]
+        seconds[label] += record["seconds"]
+        stats = record["stats"]
+        for key in ("target_calls", "steps"):
+            phase[label][key] += stats.get(key, 0)
+        for key, value in stats.get("seconds", {}).items():
+            phase[label][key] += value
     speed = {label: tokens[label] / seconds[label] for label in labels if seconds[label]}
     assisted = max(speed.get("hf-assisted", 0.0), speed.get("hf-assisted-4", 0.0))
-    print(f"{'method':40s} {'tokens':>7s} {'tok/s':>7s} {'/hf-plain':>9s} {'/assisted':>9s} {'tok/call':>8s}")
+    print(f"{'method':40s} {'tokens':>6s} {'tok/s':>6s} {'/plain':>6s} {'/assisted':>9s} "
+          f"{'tok/call':>8s} {'verify/target':>13s}")
     for label in labels:
         if label not in speed:
             continue
-        per_call = tokens[label] / calls[label] if calls[label] else float("nan")
-        print(f"{label:40s} {tokens[label]:7d} {speed[label]:7.2f} "
-              f"{speed[label] / speed['hf-plain']:9.2f} "
-              f"{speed[label] / assisted if assisted else float('nan'):9.2f} {per_call:8.2f}")
+        calls = phase[label]["target_calls"]
+        per_call = f"{tokens[label] / calls:8.2f}" if calls else f"{'':8s}"
+        overhead = (
+            f"{(phase[label]['verify'] / phase[label]['steps']) / (phase[label]['target'] / calls):13.2%}"
+            if calls else ""
+        )
+        print(f"{label:40s} {tokens[label]:6d} {speed[label]:6.2f} {speed[label] / speed['hf-plain']:6.2f} "
+              f"{speed[label] / assisted if assisted else float('nan'):9.2f} {per_call} {overhead}")
 
 
 if __name__ == "__main__":

@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     decoder, tokenizer = build_decoder(args)
     encoded = [encode_prompt(tokenizer, prompt.text) for prompt in prompts]
     warm_up = next(iter(methods.values()))
@@ -197,16 +199,16 @@ def register(subparsers) -> None:
     decoding.add_argument("--methods", default=DEFAULT_METHODS,
                           help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS})")
     decoding.add_argument("--verifier", default=None,
-                          help="verifier of the tree method (default rrs_without_replacement) "
-                          "or of the chain (default single)")
+                          help="multi-draft verifier of the tree method (default rrs_without_replacement)")
     decoding.add_argument("-n", "--num-drafts", type=int, default=2, help="drafts per node (tree, batch)")
     decoding.add_argument("--depth", type=int, default=3, help="tree depth")
     decoding.add_argument("--gamma", type=int, default=4, help="lookahead of chain, batch, decoding_*")
-    decoding.add_argument("--epsilon", type=float, default=None, help="ε of decoding_opt/uno")
+    decoding.add_argument("--epsilon", type=float, default=None, help="ε of decoding_opt/uno (default 0.1)")
     decoding.add_argument("--temperature", type=float, default=0.7)
     decoding.add_argument("--top-k", type=int, default=None)
     decoding.add_argument("--top-p", type=float, default=None)
     decoding.add_argument("--seed", type=int, default=0)
     decoding.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--output-dir", default="specbound-run", help="where results go")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.set_defaults(handler=run)
