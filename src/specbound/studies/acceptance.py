@@ -18,7 +18,9 @@ many drafts as it has tokens, as in the engine (``engine.drafters.draw_drafts``)
 verifier fixed to two drafts hands such a position to ``single`` (``Method.verifier_at``).
 
 Records: one per (position, n) with every method's acceptance; the run record holds the
-generated tokens and the engine's counts. Tables average per token (all positions of all
+generated tokens, the engine's counts, and the methods left out at some n because they
+have no exact algorithm at that size (``unavailable``: method -> the reason), which the
+tables show as missing rather than as a number. Tables average per token (all positions of all
 prompts pooled) with standard errors over prompts (``statistics``).
 """
 
@@ -105,11 +107,6 @@ def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> 
     return acceptance
 
 
-def position_acceptance(target_rows, draft_rows, num_drafts: int, methods=METHODS) -> dict[str, np.ndarray]:
-    """Every method's exact acceptance at every position.  # -> {method: [positions]}"""
-    return {method: method_acceptance(method, target_rows, draft_rows, num_drafts) for method in methods}
-
-
 class AcceptanceStudy:
     """Units: prompts × temperatures; each records all ``num_drafts`` values at once (the
     rows do not depend on n, so the n-ablation costs no extra generation)."""
@@ -168,9 +165,14 @@ class AcceptanceStudy:
         started = time.perf_counter()
         target_rows, draft_rows = trace_probs(pair, trace, processing)
         scored = time.perf_counter()
-        positions = []
+        positions, unavailable = [], {}
         for num_drafts in self.num_drafts:
-            acceptance = position_acceptance(target_rows, draft_rows, num_drafts, self.methods)
+            acceptance = {}
+            for method in self.methods:
+                try:
+                    acceptance[method] = method_acceptance(method, target_rows, draft_rows, num_drafts)
+                except ValueError as error:  # no exact algorithm at this size (e.g. RRS w/o, n ≥ 4)
+                    unavailable[f"{method}, n={num_drafts}"] = str(error)
             for position, token in enumerate(trace.tokens):
                 positions.append({
                     "prompt_id": unit.prompt.id,
@@ -183,6 +185,7 @@ class AcceptanceStudy:
         run = {
             "prompt_id": unit.prompt.id,
             "temperature": temperature,
+            "unavailable": unavailable,
             **generation_summary(pair, trace),
         }
         seconds = {
@@ -211,15 +214,26 @@ def generation_summary(pair: ModelPair, trace) -> dict:
 
 def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:
     """(temperature, num_drafts, method) -> (per-token mean, standard error over prompts,
-    positions)."""
+    positions). A method that could not be computed for some prompt at (temperature, n) has
+    no entry there, so no average is taken over a subset of the prompts."""
+    missing = {(run["temperature"], key) for run in results.runs for key in run.get("unavailable", {})}
     summary = {}
-    methods = results.settings["methods"]
-    for method in methods:
+    for method in results.settings["methods"]:
         means = grouped_per_token_means(
-            results.positions,
+            [record for record in results.positions if method in record["acceptance"]],
             group=lambda record: (record["temperature"], record["num_drafts"]),
             value=lambda record, method=method: record["acceptance"][method],
         )
         for (temperature, num_drafts), value in means.items():
-            summary[(temperature, num_drafts, method)] = value
+            if (temperature, f"{method}, n={num_drafts}") not in missing:  # not on a subset of prompts
+                summary[(temperature, num_drafts, method)] = value
     return summary
+
+
+def unavailable_methods(results: StudyResults) -> dict[str, str]:
+    """"method, n=k" -> why it has no exact value (first reason met), over all runs."""
+    reasons = {}
+    for run in results.runs:
+        for key, reason in run.get("unavailable", {}).items():
+            reasons.setdefault(key, reason)
+    return reasons

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime
 import html
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from specbound.studies import figures, tables
-from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, bound_of
+from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, bound_of, unavailable_methods
 from specbound.studies.bias import REFERENCE, bias_summary
 from specbound.studies.records import SETTINGS_FILE, StudyResults, read_results
 from specbound.studies.rejections import rejections_summary
@@ -172,6 +173,10 @@ def _acceptance_blocks(studies: list[StudyResults], figure_dir: Path) -> list:
         dataset = tables.dataset_label(results)
         summary = acceptance_summary(results)
         temperature, count = tables.headline_setting(results)
+        missing = unavailable_methods(results)
+        if missing:
+            blocks.append(Paragraph(f"{dataset}: not computed (no exact algorithm at this size), shown as —: "
+                                    + "; ".join(f"{key} ({reason})" for key, reason in missing.items())))
         blocks += [Heading(3, f"{dataset}: gaps to the optimum"), Table(*tables.gap_table(results))]
         blocks += _acceptance_findings(results, summary)
         settings = results.settings
@@ -183,8 +188,9 @@ def _acceptance_blocks(studies: list[StudyResults], figure_dir: Path) -> list:
             path = figure_dir / f"acceptance_{_slug(dataset)}_vs_{by}.png"
             keys = [(value, count) if by == "temperature" else (temperature, value) for value in values]
             curves = {
-                METHOD_LABELS[m]: ([summary[key + (m,)][0] for key in keys], [summary[key + (m,)][1] for key in keys])
-                for m in settings["methods"] if all(key + (m,) in summary for key in keys)
+                METHOD_LABELS[m]: ([summary.get(key + (m,), (math.nan,))[0] for key in keys],
+                                   [summary.get(key + (m,), (math.nan, math.nan))[1] for key in keys])
+                for m in settings["methods"] if any(key + (m,) in summary for key in keys)
             }
             optimum = {label: curve for label, curve in curves.items() if label.startswith("α*")}
             verifiers = {label: curve for label, curve in curves.items() if not label.startswith("α*")}

@@ -4,13 +4,22 @@
 with a lossless method its law is the target's. ``next_token_probs`` then scores the whole
 generated sequence with **one** forward of a model: row t is the model's next-token law
 after the prompt and the first t generated tokens, through the same ``Processing`` as the
-engine used (the one place logits become probabilities). Every exact quantity of the
-studies is computed from these rows, so "exact" means exact for the rows of this forward;
-they agree with the engine's step-by-step probabilities up to the model dtype's rounding.
+engine used (the one place logits become probabilities), in float64 and renormalised.
+Every exact quantity of the studies is computed from these rows, so "exact" means exact
+for the rows of this forward.
+
+The scoring forward runs in float32 (``SCORING_DTYPE``): a bfloat16 model's weights are
+exactly representable in float32, the result is the model's function with less rounding,
+and on CPUs without native bfloat16 matrix units a long float32 forward is several times
+faster (about 4× for the default target over ~270 tokens on the development machine). The
+model is cast back afterwards, so the engine keeps running in the model's own dtype. The
+rows therefore differ from the engine's step-by-step probabilities by that dtype's
+rounding (mean TV about 1e-3 per position for the default pair in bfloat16).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +27,8 @@ import torch
 
 from specbound.engine import CausalLM, Decoder, Method, ModelDrafter, Processing, RunStats
 from specbound.studies.pair import ModelPair
+
+SCORING_DTYPE = torch.float32
 
 
 @dataclass(frozen=True)
@@ -46,16 +57,32 @@ def generate_trace(
     return Trace(list(prompt_ids), generation.tokens, generation.finish_reason, generation.stats)
 
 
+@contextmanager
+def computing_in(model: torch.nn.Module, dtype: torch.dtype):
+    """Cast ``model`` to ``dtype`` for the ``with`` body and back to its own dtype after
+    (lossless when ``dtype`` holds every value of the model's dtype, e.g. bf16 -> fp32)."""
+    original = next(model.parameters()).dtype
+    if original == dtype:
+        yield model
+        return
+    model.to(dtype)
+    try:
+        yield model
+    finally:
+        model.to(original)
+
+
 def next_token_probs(model: torch.nn.Module, prompt_ids, tokens, processing: Processing) -> np.ndarray:
     """Row t = law of token t given the prompt and tokens[:t], from one forward over
-    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only).
-    # -> [len(tokens), vocab] float64"""
+    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), in
+    ``SCORING_DTYPE``; rows in float64, renormalised.  # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
     input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=next(model.parameters()).device)
-    with torch.no_grad():
+    with torch.no_grad(), computing_in(model, SCORING_DTYPE):
         logits = model(input_ids=input_ids, logits_to_keep=len(tokens)).logits[0]
-    return processing.probs(logits.float().cpu()).numpy()
+    probs = processing.probs(logits.float().cpu()).to(torch.float64)
+    return (probs / probs.sum(dim=-1, keepdim=True)).numpy()
 
 
 def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[np.ndarray, np.ndarray]:
