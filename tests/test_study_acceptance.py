@@ -146,6 +146,8 @@ def test_unknown_methods_are_refused():
         AcceptanceStudy(num_drafts=[0])
     with pytest.raises(ValueError, match="temperature"):
         AcceptanceStudy(temperatures=[-1.0])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        AcceptanceStudy(max_new_tokens=0)
 
 
 def test_the_study_records_every_method_at_every_position_and_n(tmp_path):

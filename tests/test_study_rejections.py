@@ -48,7 +48,7 @@ def paired_z(config: DecodingConfig, runs: int, processing=Processing(temperatur
 
 def test_engine_rejections_match_the_trace_prediction_within_4_sigma():
     """Batch SD, M = 2 drafts, K = ∞ (the depth cut at the horizon included)."""
-    z = paired_z(DecodingConfig(2, None), runs=120)
+    z = paired_z(DecodingConfig(2, None), runs=80)
     assert abs(z["rejections"]) < 4 and abs(z["target_calls"]) < 4, z
 
 

@@ -10,7 +10,6 @@ stdout.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 

@@ -41,7 +41,7 @@ from specbound.studies.pair import ModelPair
 from specbound.studies.records import StudyResults
 from specbound.studies.runner import Unit, UnitOutput
 from specbound.studies.statistics import grouped_per_token_means
-from specbound.studies.traces import generate_trace, trace_probs
+from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
 from specbound.verifiers import get_verifier
 
 OPTIMUM_SCHEMES = ("with_replacement", "without_replacement", "greedy")
@@ -129,9 +129,7 @@ class AcceptanceStudy:
         for count in num_drafts:
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise ValueError(f"num_drafts: expected positive integers, got {count!r}")
-        self.temperatures = [float(value) for value in temperatures]
-        for temperature in self.temperatures:
-            Processing(temperature=temperature, top_k=top_k, top_p=top_p)  # checks the values
+        self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.num_drafts = list(num_drafts)
         self.max_new_tokens = max_new_tokens
         self.methods = list(methods)
@@ -194,22 +192,6 @@ class AcceptanceStudy:
             "acceptance": time.perf_counter() - scored,
         }
         return UnitOutput(positions, run, seconds)
-
-
-def generation_summary(pair: ModelPair, trace) -> dict:
-    """The run record's description of a generation: tokens, text and the engine's counts
-    (wall-clock figures left out: they go to the timings file)."""
-    engine = {
-        key: value for key, value in trace.stats.to_dict().items()
-        if key not in ("seconds", "wall_seconds", "tokens_per_second")
-    }
-    return {
-        "prompt_tokens": len(trace.prompt_ids),
-        "tokens": trace.tokens,
-        "text": pair.decode(trace.tokens),
-        "finish_reason": trace.finish_reason,
-        "engine": engine,
-    }
 
 
 def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:

@@ -29,12 +29,11 @@ from specbound.datasets import Prompt
 from specbound.engine import Processing
 from specbound.engine.methods import Method, build_method
 from specbound.probability import total_variation
-from specbound.studies.acceptance import generation_summary
 from specbound.studies.pair import ModelPair
 from specbound.studies.records import StudyResults
 from specbound.studies.runner import Unit, UnitOutput
 from specbound.studies.statistics import grouped_per_token_means, mean_over_prompts
-from specbound.studies.traces import generate_trace, trace_probs
+from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
 from specbound.verifiers import get_verifier
 
 BIASED_METHODS = ("decoding_opt", "decoding_uno")
@@ -72,9 +71,7 @@ class BiasStudy:
         for method in methods:
             if method not in BIASED_METHODS:
                 raise ValueError(f"methods: expected some of {', '.join(BIASED_METHODS)}, got {method!r}")
-        self.temperatures = [float(value) for value in temperatures]
-        for temperature in self.temperatures:
-            Processing(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.epsilons = [float(value) for value in epsilons]
         for epsilon in self.epsilons:
             get_verifier("decoding_opt", epsilon=epsilon)  # checks ε

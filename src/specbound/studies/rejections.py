@@ -29,13 +29,12 @@ from specbound.datasets import Prompt
 from specbound.engine import Processing
 from specbound.engine.methods import Method, batch, chain
 from specbound.probability import total_variation
-from specbound.studies.acceptance import generation_summary
 from specbound.studies.pair import ModelPair
 from specbound.studies.records import StudyResults
 from specbound.studies.runner import Unit, UnitOutput
 from specbound.studies.statistics import mean_over_prompts
 from specbound.studies.trace_theory import trace_expected_cost
-from specbound.studies.traces import generate_trace, trace_probs
+from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
 
 
 @dataclass(frozen=True)
@@ -87,9 +86,7 @@ class RejectionsStudy:
         for size in batch_sizes:
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"batch_sizes: expected positive integers, got {size!r}")
-        self.temperatures = [float(value) for value in temperatures]
-        for temperature in self.temperatures:
-            Processing(temperature=temperature, top_k=top_k, top_p=top_p)
+        self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.max_new_tokens = max_new_tokens
         self.configs = decoding_configs(
             [_lookahead(value) for value in lookaheads], list(batch_sizes), _lookahead(batch_lookahead)

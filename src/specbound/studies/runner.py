@@ -20,6 +20,7 @@ from tqdm import tqdm
 from specbound.datasets import Prompt
 from specbound.studies.pair import ModelPair
 from specbound.studies.records import ResultsStore, StudyResults, read_results, unit_seed
+from specbound.studies.traces import SCORING_DTYPE
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ def run_study(
         "seed": seed,
         "limit": len(prompts),
         "models": pair.description,
+        "scoring": f"one {str(SCORING_DTYPE).removeprefix('torch.')} forward per model over each generation, "
+        "float64 rows",
         **study.settings(),
     }
     store = ResultsStore(directory, settings)

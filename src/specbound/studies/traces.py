@@ -91,3 +91,32 @@ def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[
     target_rows = next_token_probs(pair.target, trace.prompt_ids, trace.tokens, processing)
     draft_rows = next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
     return target_rows, draft_rows
+
+
+def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> list[float]:
+    """Check a study's generation settings before anything runs; return the temperatures
+    as floats. Raises ValueError naming the bad setting."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
+    temperatures = [float(value) for value in temperatures]
+    if not temperatures:
+        raise ValueError("temperatures: expected at least one temperature")
+    for temperature in temperatures:
+        Processing(temperature=temperature, top_k=top_k, top_p=top_p)
+    return temperatures
+
+
+def generation_summary(pair: ModelPair, trace: Trace) -> dict:
+    """The run record's description of a generation: tokens, text and the engine's counts
+    (wall-clock figures left out: they go to the timings file)."""
+    engine = {
+        key: value for key, value in trace.stats.to_dict().items()
+        if key not in ("seconds", "wall_seconds", "tokens_per_second")
+    }
+    return {
+        "prompt_tokens": len(trace.prompt_ids),
+        "tokens": trace.tokens,
+        "text": pair.decode(trace.tokens),
+        "finish_reason": trace.finish_reason,
+        "engine": engine,
+    }
