@@ -40,6 +40,11 @@ class Paragraph:
 
 
 @dataclass(frozen=True)
+class Bullets:
+    items: list  # `code` spans allowed
+
+
+@dataclass(frozen=True)
 class Table:
     headers: list
     rows: list
@@ -62,6 +67,8 @@ def to_markdown(blocks) -> str:
             lines += ["#" * block.level + " " + block.text, ""]
         elif isinstance(block, Paragraph):
             lines += [block.text, ""]
+        elif isinstance(block, Bullets):
+            lines += [f"- {item}" for item in block.items] + [""]
         elif isinstance(block, Table):
             lines.append("| " + " | ".join(map(str, block.headers)) + " |")
             lines.append("|" + "---|" * len(block.headers))
@@ -92,6 +99,8 @@ def to_html(blocks, title: str) -> str:
             parts.append(f"<h{block.level}>{_inline_html(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
             parts.append(f"<p>{_inline_html(block.text)}</p>")
+        elif isinstance(block, Bullets):
+            parts.append("<ul>" + "".join(f"<li>{_inline_html(item)}</li>" for item in block.items) + "</ul>")
         elif isinstance(block, Table):
             parts.append("<table><tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in block.headers) + "</tr>")
             for row in block.rows:
@@ -233,7 +242,7 @@ def _acceptance_findings(results: StudyResults, summary: dict) -> list:
                 lines.append(f"T = {temperature:g}, n = {count}: " + "; ".join(facts) + ".")
     if not lines:
         return []
-    return [Paragraph("Findings of the papers, checked here (per-token means):")] + [Paragraph("- " + line) for line in lines]
+    return [Paragraph("Findings of the papers, checked here (per-token means):"), Bullets(lines)]
 
 
 # -- the rejections study -------------------------------------------------------------------
