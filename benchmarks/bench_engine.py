@@ -12,7 +12,13 @@ Prints tokens/s per method and its ratio to hf-plain and to the better assisted 
 writes one JSONL line per (repeat, prompt, method) to --output as soon as it finishes;
 rerunning with the same --output skips what is already there.
 
+With --overhead it measures instead the verification cost of one tree node (target
+logits → probabilities, then the verifier) for each verifier against one target forward
+of one token, both as the minimum over repeats in the same process (the least disturbed
+figure on a shared machine).
+
     python benchmarks/bench_engine.py --limit 4 --max-new-tokens 64
+    python benchmarks/bench_engine.py --overhead
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from specbound.datasets import load_prompts
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.chat import encode_prompt, stop_token_ids
 from specbound.engine.methods import build_method
+from specbound.drafts import get_draft_scheme
 from specbound.models import check_shared_vocabulary, load_model
+from specbound.verifiers import get_verifier
 
 DEFAULT_OURS = "chain:gamma=3,chain:gamma=4,tree:num_drafts=2:depth=2,tree:num_drafts=2:depth=3"
 
@@ -85,6 +93,7 @@ def main() -> int:
     parser.add_argument("--lookup", action="store_true", help="add prompt-lookup runs")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--overhead", action="store_true", help="measure verification overhead only")
     parser.add_argument("--output", default="benchmarks/results/bench_engine.jsonl")
     args = parser.parse_args()
     if args.threads:
@@ -98,6 +107,10 @@ def main() -> int:
     model_decoder = Decoder(CausalLM(target.model), ModelDrafter(CausalLM(draft.model), processing),
                             processing, stop_ids)
     lookup_decoder = Decoder(model_decoder.target, PromptLookupDrafter(vocab_size), processing, stop_ids)
+    if args.overhead:
+        prompt_ids = encode_prompt(target.tokenizer, load_prompts(args.prompts, limit=1)[0].text)
+        measure_overhead(model_decoder, draft.model, prompt_ids)
+        return 0
 
     hf_options = dict(temperature=args.temperature, stop_ids=stop_ids)
     runners = {
@@ -158,6 +171,50 @@ def main() -> int:
 
     report(output, list(runners))
     return 0
+
+
+def minimum_seconds(function, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+OVERHEAD_VERIFIERS = {"single": 1, "rrs": 2, "rrs_without_replacement": 2, "greedy": 2,
+                      "spechub": 2, "kseq": 2}
+
+
+def measure_overhead(decoder, draft_model, prompt_ids, repeats: int = 15) -> None:
+    """Per tree node: processing + verifier seconds over one 1-token target forward."""
+    target = decoder.target
+    target.reset()
+    target.extend(prompt_ids[:-1])
+
+    def one_token_forward():
+        target.extend_tree(prompt_ids[-1:], [target.length - 1]).logits([-1])
+        target.commit([])
+
+    forward = minimum_seconds(one_token_forward, repeats)
+    target_logits = target.extend_tree(prompt_ids[-1:], [target.length - 1]).logits([-1])
+    target.commit([])
+    with torch.no_grad():
+        draft_logits = draft_model(input_ids=torch.tensor([prompt_ids])).logits[:, -1].float()
+    draft_probs = decoder.processing.probs(draft_logits)
+    generator = torch.Generator().manual_seed(0)
+    print(f"one target forward (1 token): {forward * 1000:.1f} ms")
+    for name, num_drafts in OVERHEAD_VERIFIERS.items():
+        verifier = get_verifier(name)
+        drafts = get_draft_scheme(verifier.scheme).sample_torch(draft_probs, num_drafts, generator)
+
+        def verify_node():
+            target_probs = decoder.processing.probs(target_logits)
+            verifier.verify_torch(target_probs, draft_probs, drafts, generator)
+
+        node = minimum_seconds(verify_node, repeats)
+        print(f"{name:25s} n={num_drafts}: {node * 1000:6.2f} ms per node = {node / forward:6.2%} "
+              "of a target forward")
 
 
 def report(path: Path, labels: list[str]) -> None:
