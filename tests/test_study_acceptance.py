@@ -192,6 +192,8 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
 
 
 def test_scoring_runs_in_float32_and_leaves_the_model_in_its_own_dtype():
+    """A bfloat16 model is scored by its exact float32 upcast, its logits rounded back to
+    bfloat16 (the precision of its outputs), and left in bfloat16."""
     import copy
 
     model = copy.deepcopy(tiny_pair().target).to(torch.bfloat16)
@@ -199,5 +201,8 @@ def test_scoring_runs_in_float32_and_leaves_the_model_in_its_own_dtype():
     processing, prompt, tokens = Processing(temperature=1.0), [1, 2], [3, 4, 5]
     rows = next_token_probs(model, prompt, tokens, processing)
     assert next(model.parameters()).dtype == torch.bfloat16
-    np.testing.assert_allclose(rows, next_token_probs(upcast, prompt, tokens, processing), atol=1e-12)
+    with torch.no_grad():
+        logits = upcast(input_ids=torch.tensor([prompt + tokens[:-1]])).logits[0, -len(tokens):]
+    expected = processing.probs(logits.to(torch.bfloat16).float()).double()
+    np.testing.assert_allclose(rows, (expected / expected.sum(dim=1, keepdim=True)).numpy(), atol=1e-12)
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-12)

@@ -12,9 +12,12 @@ The scoring forward runs in float32 (``SCORING_DTYPE``): a bfloat16 model's weig
 exactly representable in float32, the result is the model's function with less rounding,
 and on CPUs without native bfloat16 matrix units a long float32 forward is several times
 faster (about 4× for the default target over ~270 tokens on the development machine). The
-model is cast back afterwards, so the engine keeps running in the model's own dtype. The
-rows therefore differ from the engine's step-by-step probabilities by that dtype's
-rounding (mean TV about 1e-3 per position for the default pair in bfloat16).
+model is cast back afterwards, so the engine keeps running in the model's own dtype, and
+the logits are rounded to that dtype, the precision the model's outputs have in the engine
+(a bfloat16 model's logits take few distinct values, which the exact RRS-without-
+replacement algorithm exploits). The rows differ from the engine's step-by-step
+probabilities by the internal rounding of the two forwards (mean TV about 1e-3 per
+position for the default pair in bfloat16).
 """
 
 from __future__ import annotations
@@ -74,14 +77,17 @@ def computing_in(model: torch.nn.Module, dtype: torch.dtype):
 
 def next_token_probs(model: torch.nn.Module, prompt_ids, tokens, processing: Processing) -> np.ndarray:
     """Row t = law of token t given the prompt and tokens[:t], from one forward over
-    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), in
-    ``SCORING_DTYPE``; rows in float64, renormalised.  # -> [len(tokens), vocab] float64"""
+    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), computed in
+    ``SCORING_DTYPE``, logits rounded to the model's dtype; rows in float64, renormalised.
+    # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
-    input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=next(model.parameters()).device)
+    parameter = next(model.parameters())
+    input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=parameter.device)
     with torch.no_grad(), computing_in(model, SCORING_DTYPE):
         logits = model(input_ids=input_ids, logits_to_keep=len(tokens)).logits[0]
-    probs = processing.probs(logits.float().cpu()).to(torch.float64)
+    logits = logits.to(parameter.dtype).float().cpu()  # the precision the model's outputs have
+    probs = processing.probs(logits).to(torch.float64)
     return (probs / probs.sum(dim=-1, keepdim=True)).numpy()
 
 
