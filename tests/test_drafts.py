@@ -1,7 +1,6 @@
 """Draft schemes: exact joint laws are distributions with the right marginal structure,
 and the numpy and torch samplers follow them (χ² at level 0.001)."""
 
-import itertools
 
 import numpy as np
 import pytest

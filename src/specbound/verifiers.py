@@ -19,7 +19,7 @@ Every verifier offers, batched over rows (``[batch, vocab]`` probabilities):
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
