@@ -6,6 +6,10 @@ loops over the batch or the vocabulary; the only loop is over the n drafts.
 
 Verifiers without a native path run the numpy reference on float64 copies, so every
 registered verifier can be called from the engine.
+
+Inputs are trusted to be probability rows (the engine's one processing step makes them):
+shapes, token ids and the number of drafts are checked, row sums are not (that would cost
+a pass over the vocabulary per call); the numpy path checks everything.
 """
 
 from __future__ import annotations
