@@ -41,7 +41,7 @@ from specbound.drafts import get_draft_scheme
 from specbound.models import check_shared_vocabulary, load_model
 from specbound.verifiers import get_verifier
 
-DEFAULT_OURS = "chain:gamma=3,chain:gamma=4,tree:num_drafts=2:depth=2,tree:num_drafts=2:depth=3"
+DEFAULT_OURS = "chain:gamma=2,chain:gamma=3,tree:num_drafts=2:depth=2,batch:num_drafts=2:gamma=2"
 
 
 def parse_ours(text: str) -> list[tuple[str, dict]]:

@@ -43,7 +43,7 @@ def test_run_writes_results_plot_and_table(tiny_dirs, tmp_path, capsys):
     assert run_command(tiny_dirs, tmp_path, "--methods", "autoregressive,chain,tree,batch",
                        "--depth", "2") == 0
     printed = capsys.readouterr().out
-    for label in ["autoregressive", "chain γ=4", "tree 2×2 rrs_without_replacement", "batch M=2 γ=4"]:
+    for label in ["autoregressive", "chain γ=3", "tree 2×2 rrs_without_replacement", "batch M=2 γ=3"]:
         assert label in printed
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(records) == 2 * 4

@@ -201,8 +201,8 @@ def register(subparsers) -> None:
     decoding.add_argument("--verifier", default=None,
                           help="multi-draft verifier of the tree method (default rrs_without_replacement)")
     decoding.add_argument("-n", "--num-drafts", type=int, default=2, help="drafts per node (tree, batch)")
-    decoding.add_argument("--depth", type=int, default=3, help="tree depth")
-    decoding.add_argument("--gamma", type=int, default=4, help="lookahead of chain, batch, decoding_*")
+    decoding.add_argument("--depth", type=int, default=2, help="tree depth")
+    decoding.add_argument("--gamma", type=int, default=3, help="lookahead of chain, batch, decoding_*")
     decoding.add_argument("--epsilon", type=float, default=None, help="ε of decoding_opt/uno (default 0.1)")
     decoding.add_argument("--temperature", type=float, default=0.7)
     decoding.add_argument("--top-k", type=int, default=None)

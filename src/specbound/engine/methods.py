@@ -88,32 +88,32 @@ def _chain(label: str, gamma: int, verifier: Verifier) -> Method:
     return Method(label, (1,) * gamma, (verifier,) * gamma)
 
 
-def chain(gamma: int = 4) -> Method:
+def chain(gamma: int = 3) -> Method:
     """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC §6)."""
     return _chain(f"chain γ={gamma}", gamma, get_verifier("single"))
 
 
-def tree(num_drafts: int = 2, depth: int = 3, verifier: str = "rrs_without_replacement") -> Method:
+def tree(num_drafts: int = 2, depth: int = 2, verifier: str = "rrs_without_replacement") -> Method:
     """``num_drafts`` children per node from the verifier's draft scheme, ``depth`` levels."""
     chosen = get_verifier(verifier)
     branching = (_positive("num_drafts", num_drafts),) * _positive("depth", depth)
     return Method(f"tree {num_drafts}×{depth} {verifier}", branching, (chosen,) * depth)
 
 
-def batch(num_drafts: int = 4, gamma: int = 4) -> Method:
+def batch(num_drafts: int = 2, gamma: int = 3) -> Method:
     """[YIN] batch speculative decoding: M roots by RRS, then one chain of γ − 1."""
     branching = (_positive("num_drafts", num_drafts),) + (1,) * (_positive("gamma", gamma) - 1)
     verifiers = (get_verifier("rrs"),) + (get_verifier("single"),) * (gamma - 1)
     return Method(f"batch M={num_drafts} γ={gamma}", branching, verifiers)
 
 
-def decoding_opt(gamma: int = 4, epsilon: float = 0.1) -> Method:
+def decoding_opt(gamma: int = 3, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-OPT's b = min(1, (p + ε)/q) and residual norm((p − q)+)."""
     return _chain(f"decoding_opt γ={gamma} ε={epsilon:g}", gamma,
                   get_verifier("decoding_opt", epsilon=epsilon))
 
 
-def decoding_uno(gamma: int = 4, epsilon: float = 0.1) -> Method:
+def decoding_uno(gamma: int = 3, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-UNO's b = min(1, (p + ε)/q), resampling from p."""
     return _chain(f"decoding_uno γ={gamma} ε={epsilon:g}", gamma,
                   get_verifier("decoding_uno", epsilon=epsilon))
