@@ -152,6 +152,9 @@ def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
             "wall-clock of the finished runs (generation, scoring and exact computations), on this machine."
         ),
         Table(["study", "dataset", "folder", "target / draft", "runs", "run time"], overview),
+        Paragraph("Where the time went (wall-clock; generate = the engine's generation, score = the two "
+                  "scoring forwards, the rest = exact computations from the rows):"),
+        Table(*tables.phase_table(studies)),
         *blocks,
     ]
 
@@ -234,7 +237,7 @@ def _acceptance_findings(results: StudyResults, summary: dict) -> list:
             if greedy is not None and rrs_without is not None:
                 facts.append(f"greedy {greedy:.4f} vs RRS without replacement {rrs_without:.4f} "
                              f"({'greedy wins' if greedy > rrs_without else 'greedy loses'})")
-            gaps = [f"{m} {value(bound_of(m)) - value(m):+.4f}" for m in settings["methods"]
+            gaps = [f"{m} {tables.signed(value(bound_of(m)) - value(m))}" for m in settings["methods"]
                     if bound_of(m) and value(m) is not None and value(bound_of(m)) is not None]
             if gaps:
                 facts.append("gaps to α*: " + ", ".join(gaps))

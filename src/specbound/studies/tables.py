@@ -28,6 +28,28 @@ def estimate(value, digits: int = 4) -> str:
     return str(value)
 
 
+def signed(value: float, digits: int = 4) -> str:
+    """"+0.0123"; a value that rounds to zero prints as +0.0000, never -0.0000."""
+    return f"{round(value, digits) + 0.0:+.{digits}f}"
+
+
+def phase_table(studies: list[StudyResults]) -> tuple[list[str], list[list]]:
+    """Wall-clock minutes per phase of each study's finished runs (generation by the engine,
+    scoring forwards, exact computations), and the share of each."""
+    phases = sorted({phase for results in studies for seconds in results.timings.values() for phase in seconds}
+                    - {"total"})
+    headers = ["study", "dataset", "runs", *phases, "total", "per run"]
+    rows = []
+    for results in studies:
+        totals = {phase: sum(seconds.get(phase, 0.0) for seconds in results.timings.values()) for phase in phases}
+        total = results.total_seconds
+        cells = [f"{totals[phase] / 60:.1f} min ({100 * totals[phase] / total:.0f}%)" if total else "—" for phase in phases]
+        per_run = f"{total / len(results.timings):.0f} s" if results.timings else "—"
+        rows.append([results.settings["study"], results.settings["dataset"], str(len(results.timings)), *cells,
+                     f"{total / 60:.1f} min", per_run])
+    return headers, rows
+
+
 def dataset_label(results: StudyResults) -> str:
     return results.settings["dataset"]
 
@@ -71,7 +93,7 @@ def gap_table(results: StudyResults) -> tuple[list[str], list[list]]:
             for method in verifiers:
                 optimum = summary.get((temperature, count, bound_of(method)))
                 value = summary.get((temperature, count, method))
-                row.append(None if optimum is None or value is None else f"{optimum[0] - value[0]:+.4f}")
+                row.append(None if optimum is None or value is None else signed(optimum[0] - value[0]))
             rows.append(row)
     return headers, rows
 
