@@ -18,7 +18,7 @@ import torch
 
 from specbound.engine import Processing
 from specbound.engine.methods import build_method
-from specbound.studies.acceptance import METHODS, AcceptanceStudy, acceptance_summary, method_acceptance
+from specbound.studies.acceptance import METHODS, AcceptanceStudy, acceptance_summary, gap_summary, method_acceptance
 from specbound.studies.runner import run_study
 from specbound.studies.traces import generate_trace, next_token_probs, trace_probs
 from specbound.verifiers import get_verifier
@@ -164,6 +164,12 @@ def test_the_study_records_every_method_at_every_position_and_n(tmp_path):
     assert count == generated[("toy/0", 0.7)] + generated[("toy/1", 0.7)] + generated[("toy/2", 0.7)]
     assert summary[(0.7, 3, "rrs")][0] <= summary[(0.7, 3, "optimal_with_replacement")][0] + 1e-12
     assert error >= 0.0
+    gaps = gap_summary(results)  # paired: the per-token mean of α*_t − α_t
+    assert set(gaps) == {(t, n, m) for t in (0.7, 1.0) for n in (2, 3) for m in ("rrs", "kseq", "rrs_without_replacement", "greedy")}
+    for (temperature, num_drafts, method), (gap, gap_error, _) in gaps.items():
+        optimum = summary[(temperature, num_drafts, f"optimal_{get_verifier(method).scheme}")][0]
+        assert gap == pytest.approx(optimum - summary[(temperature, num_drafts, method)][0], abs=1e-12)
+        assert gap >= -1e-12 and gap_error >= 0.0
 
 
 def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_averaged(tmp_path, monkeypatch):

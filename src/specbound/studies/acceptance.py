@@ -212,6 +212,28 @@ def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float,
     return summary
 
 
+def gap_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:
+    """(temperature, num_drafts, verifier) -> per-token mean of α*_t − α_t (the verifier's
+    gap to its scheme's optimum at the same position), its standard error over prompts
+    (paired: both from the same rows), and the positions; cells ``acceptance_summary``
+    leaves out are left out."""
+    available = acceptance_summary(results)
+    summary = {}
+    for method in results.settings["methods"]:
+        bound = bound_of(method)
+        if bound not in results.settings["methods"]:
+            continue
+        means = grouped_per_token_means(
+            [record for record in results.positions if {method, bound} <= record["acceptance"].keys()],
+            group=lambda record: (record["temperature"], record["num_drafts"]),
+            value=lambda record, method=method, bound=bound: record["acceptance"][bound] - record["acceptance"][method],
+        )
+        for (temperature, num_drafts), value in means.items():
+            if {(temperature, num_drafts, method), (temperature, num_drafts, bound)} <= available.keys():
+                summary[(temperature, num_drafts, method)] = value
+    return summary
+
+
 def unavailable_methods(results: StudyResults) -> dict[str, str]:
     """"method, n=k" -> why it has no exact value (first reason met), over all runs."""
     reasons = {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbound.studies import figures, tables
-from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, bound_of, unavailable_methods
+from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, gap_summary, unavailable_methods
 from specbound.studies.bias import REFERENCE, bias_summary
 from specbound.studies.records import SETTINGS_FILE, StudyResults, read_results
 from specbound.studies.rejections import rejections_summary
@@ -219,6 +219,7 @@ def _acceptance_findings(results: StudyResults, summary: dict) -> list:
     """The papers' qualitative findings, checked on these numbers."""
     lines = []
     settings = results.settings
+    gaps_to_optimum = gap_summary(results)
     for temperature in settings["temperatures"]:
         for count in settings["num_drafts"]:
             def value(method):
@@ -237,8 +238,8 @@ def _acceptance_findings(results: StudyResults, summary: dict) -> list:
             if greedy is not None and rrs_without is not None:
                 facts.append(f"greedy {greedy:.4f} vs RRS without replacement {rrs_without:.4f} "
                              f"({'greedy wins' if greedy > rrs_without else 'greedy loses'})")
-            gaps = [f"{m} {tables.signed(value(bound_of(m)) - value(m))}" for m in settings["methods"]
-                    if bound_of(m) and value(m) is not None and value(bound_of(m)) is not None]
+            gaps = [f"{m} {tables.estimate(gaps_to_optimum[(temperature, count, m)])}" for m in settings["methods"]
+                    if (temperature, count, m) in gaps_to_optimum]
             if gaps:
                 facts.append("gaps to α*: " + ", ".join(gaps))
             if facts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, bound_of
+from specbound.studies.acceptance import METHOD_LABELS, acceptance_summary, bound_of, gap_summary
 from specbound.studies.bias import REFERENCE, bias_summary
 from specbound.studies.records import StudyResults
 from specbound.studies.rejections import rejections_summary
@@ -19,18 +19,13 @@ def estimate(value, digits: int = 4) -> str:
     if value is None:
         return "—"
     if isinstance(value, tuple):
-        mean, error = value[0], value[1]
+        mean, error = round(value[0], digits) + 0.0, value[1]  # + 0.0: no "-0.0000"
         if math.isnan(error):
             return f"{mean:.{digits}f}"
         return f"{mean:.{digits}f} ± {error:.{digits}f}"
     if isinstance(value, float):
-        return "∞" if math.isinf(value) else f"{value:.{digits}f}"
+        return "∞" if math.isinf(value) else f"{round(value, digits) + 0.0:.{digits}f}"
     return str(value)
-
-
-def signed(value: float, digits: int = 4) -> str:
-    """"+0.0123"; a value that rounds to zero prints as +0.0000, never -0.0000."""
-    return f"{round(value, digits) + 0.0:+.{digits}f}"
 
 
 def phase_table(studies: list[StudyResults]) -> tuple[list[str], list[list]]:
@@ -81,20 +76,17 @@ def acceptance_table(studies: list[StudyResults]) -> tuple[list[str], list[list]
 
 
 def gap_table(results: StudyResults) -> tuple[list[str], list[list]]:
-    """Each verifier's gap to its draft scheme's optimum α*, per (temperature, n): the mean
-    over tokens of α* − α, so a positive gap is acceptance the verifier leaves unused."""
-    summary = acceptance_summary(results)
+    """Each verifier's gap to its draft scheme's optimum α*, per (temperature, n): the
+    per-token mean of α*_t − α_t ± its standard error over prompts; a positive gap is
+    acceptance the verifier leaves unused."""
+    gaps = gap_summary(results)
     verifiers = [m for m in results.settings["methods"] if bound_of(m) in results.settings["methods"]]
     headers = ["T", "n"] + [f"{METHOD_LABELS[m]}: α* − α" for m in verifiers]
     rows = []
     for temperature in results.settings["temperatures"]:
         for count in results.settings["num_drafts"]:
-            row = [f"{temperature:g}", str(count)]
-            for method in verifiers:
-                optimum = summary.get((temperature, count, bound_of(method)))
-                value = summary.get((temperature, count, method))
-                row.append(None if optimum is None or value is None else signed(optimum[0] - value[0]))
-            rows.append(row)
+            rows.append([f"{temperature:g}", str(count)]
+                        + [estimate(gaps.get((temperature, count, method))) for method in verifiers])
     return headers, rows
 
 
