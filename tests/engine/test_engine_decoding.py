@@ -197,3 +197,21 @@ def test_a_drafting_method_needs_a_drafter(target_model):
 def test_bad_methods_are_refused(name, options, message):
     with pytest.raises(ValueError, match=message):
         build_method(name, **options)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_recorded_target_probs_are_the_target_law_of_each_emitted_token(name, target_model, draft_model):
+    """Row i must be p(· | prompt, tokens[:i]) — what one full forward over the sequence
+    gives — for accepted, residual and bonus tokens alike, up to an EOS or the length cut."""
+    processing = Processing(temperature=0.8)
+    engine = decoder(target_model, draft_model, processing)
+    method = build_method(name, **METHODS[name])
+    for seed in range(4):
+        generation = engine.generate(PROMPT, method, 11, torch.Generator().manual_seed(seed),
+                                     record_target_probs=True)
+        tokens = generation.tokens
+        with torch.no_grad():
+            logits = target_model(input_ids=torch.tensor([PROMPT + tokens[:-1]])).logits[0, len(PROMPT) - 1 :]
+        assert generation.target_probs.shape == (len(tokens), VOCAB)
+        torch.testing.assert_close(generation.target_probs, processing.probs(logits.float()), atol=1e-5, rtol=0)
+    assert engine.generate(PROMPT, method, 5, torch.Generator()).target_probs is None

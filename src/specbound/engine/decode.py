@@ -15,6 +15,11 @@ Lossless whenever the verifiers are: every emitted token has law p given its pre
 the generated sequence has the target's law; stopping at the first EOS and cutting at
 ``max_new_tokens`` are functions of that sequence, so they keep it exact. All randomness
 comes from the ``generator`` argument: same seed, same tokens.
+
+``generate(..., record_target_probs=True)`` also returns, for every emitted token, the
+target law it was emitted under, p(· | its prefix) — the row the verifier (or the bonus
+draw) used — so a study gets the target's exact distributions along a generation without
+a second forward.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ class Generation:
     tokens: list[int]  # the new tokens, EOS included when it ended the sequence
     finish_reason: str  # "eos" or "length"
     stats: RunStats = field(default_factory=RunStats)
+    # with record_target_probs: row i = p(· | prompt, tokens[:i]), the law tokens[i] was
+    # emitted under  # [len(tokens), vocab] float32
+    target_probs: torch.Tensor | None = None
 
 
 @dataclass
@@ -56,6 +64,7 @@ class StepOutcome:
     path: list[int]  # accepted tree nodes, in depth order
     emitted: list[int]  # their tokens, then the residual or bonus token
     rejected: bool  # ended with a residual token
+    target_probs: list[torch.Tensor] = field(default_factory=list)  # [1, vocab] per emitted token
 
 
 class Decoder:
@@ -90,8 +99,11 @@ class Decoder:
         method: Method,
         max_new_tokens: int,
         generator: torch.Generator,
+        record_target_probs: bool = False,
     ) -> Generation:
-        """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``."""
+        """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``;
+        ``record_target_probs`` keeps the target law of every emitted token
+        (``Generation.target_probs``)."""
         prompt = [int(token) for token in prompt_ids]
         if not prompt:
             raise ValueError("prompt_ids: expected at least one token")
@@ -111,6 +123,7 @@ class Decoder:
             if method.depth > 0:
                 self.drafter.reset(prompt)
         context, new_tokens, finish_reason = list(prompt), [], "length"
+        rows: list[torch.Tensor] = []
         while len(new_tokens) < max_new_tokens:
             depth = min(method.depth, max_new_tokens - len(new_tokens) - 1)
             outcome = self._step(context, method, depth, generator, stats)
@@ -121,11 +134,14 @@ class Decoder:
                     break
             new_tokens += emitted
             context += emitted
+            if record_target_probs:
+                rows += outcome.target_probs[: len(emitted)]
             if finish_reason == "eos":
                 break
         stats.tokens_generated = len(new_tokens)
         stats.wall_seconds = time.perf_counter() - started
-        return Generation(new_tokens, finish_reason, stats)
+        probs = torch.cat(rows) if record_target_probs else None
+        return Generation(new_tokens, finish_reason, stats, probs)
 
     def _step(self, context, method, depth, generator, stats) -> StepOutcome:
         with stats.timed("draft"):
@@ -156,15 +172,16 @@ class Decoder:
     def _walk(self, tree, scores, root_row, method, generator, stats) -> StepOutcome:
         """Verify from the root down; see the module docstring, step 3. Tree node i is
         row ``root_row + i`` of the target's ``scores``."""
-        node, path, emitted = 0, [], []
+        node, path, emitted, rows = 0, [], [], []
         while True:
             with stats.timed("target"):
                 logits = scores.logits(root_row + node)  # [1, logits]
             with stats.timed("verify"):
                 target_probs = self.processing.probs(logits)  # [1, vocab]
+                rows.append(target_probs)
                 if node not in tree.draft_tokens:  # a leaf that was reached: bonus token
                     emitted.append(int(sample_tokens(target_probs, generator)[0]))
-                    return StepOutcome(path, emitted, rejected=False)
+                    return StepOutcome(path, emitted, rejected=False, target_probs=rows)
                 draft_tokens = tree.draft_tokens[node]  # [n]
                 verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
                 verdict = verifier.verify_torch(
@@ -175,6 +192,6 @@ class Decoder:
             child = tree.children[node].get(token)
             stats.record_position(tree.depths[node], child is not None)
             if child is None:
-                return StepOutcome(path, emitted, rejected=True)
+                return StepOutcome(path, emitted, rejected=True, target_probs=rows)
             path.append(child)
             node = child
