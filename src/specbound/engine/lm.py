@@ -19,6 +19,14 @@ one path, so the head's cost on the other nodes is saved. This needs the model's
 to be ``head(base_model(x))``, which is checked once per model; other models get their
 full logits from every forward.
 
+An optional **prefill twin** (the same architecture and weights in a wider dtype, e.g.
+``copy.deepcopy(model).float()``) runs the first long ``extend`` on an empty cache. On a
+CPU without native bfloat16 units (AVX2), a bfloat16 forward costs time linear in its
+rows — a long prompt prefill is several times slower than in float32 — while one-token
+decoding is fastest in bfloat16. The twin's keys and values are converted to the model's
+dtype into the cache, its last hidden states go through the model's own head, and every
+later forward is the model's own.
+
 Written against the transformers 5.x cache API: a ``DynamicCache`` whose layers hold
 ``keys``/``values`` of shape ``[batch, kv_heads, seq, head_dim]``; a 4D float mask passed
 as ``attention_mask`` is used as given by both the eager and the SDPA attention.
@@ -56,16 +64,37 @@ class Scores:
 class CausalLM:
     """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and its cache.
 
-    ``forward_calls`` counts model forwards since the last ``reset``.
+    ``forward_calls`` counts model forwards since the last ``reset`` (a prefill by the
+    twin counts as one).
+
+    ``prefill_model``: optional twin of ``model`` (same architecture and weights, usually a
+    wider dtype) that runs ``extend`` on an empty cache when it has at least
+    ``prefill_min_tokens`` tokens; see the module docstring.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        prefill_model: torch.nn.Module | None = None,
+        prefill_min_tokens: int = 16,
+    ):
+        if (
+            isinstance(prefill_min_tokens, bool)
+            or not isinstance(prefill_min_tokens, int)
+            or prefill_min_tokens < 1
+        ):
+            raise ValueError(
+                f"prefill_min_tokens: expected a positive int, got {prefill_min_tokens!r}"
+            )
         self.model = model.eval()
-        # transformers renamed ``past_key_values`` to ``cache`` during 5.x
-        parameters = inspect.signature(model.base_model.forward).parameters
-        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._cache_argument = _cache_argument(model)
         self._head = model.get_output_embeddings()
         self._factorized = self._logits_are_head_of_base_model()
+        if prefill_model is not None:
+            _check_twin(model, prefill_model)
+            prefill_model = prefill_model.eval()
+        self.prefill_model = prefill_model
+        self.prefill_min_tokens = prefill_min_tokens
         self.reset()
 
     @property
@@ -104,7 +133,16 @@ class CausalLM:
         if self._parents:
             raise ValueError("extend: speculative entries are pending; commit a path first")
         tokens = self._as_tokens(token_ids)
-        scores = self._forward(tokens, attention_mask=None, position_ids=None, last_only=last_only)
+        if (
+            self.prefill_model is not None
+            and self.length == 0
+            and tokens.shape[0] >= self.prefill_min_tokens
+        ):
+            scores = self._prefill_by_twin(tokens, last_only=last_only)
+        else:
+            scores = self._forward(
+                tokens, attention_mask=None, position_ids=None, last_only=last_only
+            )
         self.committed_length += tokens.shape[0]
         return scores.logits([-1] if last_only else None)
 
@@ -216,6 +254,39 @@ class CausalLM:
         self.forward_calls += 1
         return Scores(states, self._head if self._factorized else torch.nn.Identity())
 
+    def _prefill_by_twin(self, tokens, last_only) -> Scores:
+        """Run the twin on ``tokens`` (cache empty) with its own cache, move its keys and
+        values into ``self.cache`` in the model's dtype; the logits come from the twin's
+        last hidden states cast to the model's dtype through the model's head (or from
+        the twin's logits rounded to the model's dtype if the model is not factorized)."""
+        twin = self.prefill_model
+        twin_device = next(twin.parameters()).device
+        twin_cache = DynamicCache(config=twin.config)
+        arguments = {
+            "input_ids": tokens[None].to(twin_device),
+            "use_cache": True,
+            _cache_argument(twin): twin_cache,
+        }
+        with torch.no_grad():
+            if self._factorized:
+                twin_states = twin.base_model(**arguments).last_hidden_state[0]  # [n, hidden]
+            else:
+                if last_only:
+                    arguments["logits_to_keep"] = 1
+                twin_states = twin(**arguments).logits[0]  # [n or 1, logits]
+            for layer_index, layer in enumerate(twin_cache.layers):
+                if layer.is_initialized:
+                    # keys/values [batch, kv_heads, n, head_dim]; the first update fixes the
+                    # layer's dtype (a DynamicLayer takes it from the tensors it is given)
+                    self.cache.update(
+                        layer.keys.to(device=self.device, dtype=self.dtype),
+                        layer.values.to(device=self.device, dtype=self.dtype),
+                        layer_index,
+                    )
+        self.forward_calls += 1
+        states = twin_states.to(device=self.device, dtype=self.dtype)
+        return Scores(states, self._head if self._factorized else torch.nn.Identity())
+
     def _layers(self) -> list[DynamicLayer]:
         for layer in self.cache.layers:
             if type(layer) is not DynamicLayer:
@@ -235,3 +306,30 @@ class CausalLM:
             if layer.is_initialized:
                 layer.keys = layer.keys[..., :length, :]
                 layer.values = layer.values[..., :length, :]
+
+
+def _cache_argument(model: torch.nn.Module) -> str:
+    """The cache keyword's name: transformers renamed ``past_key_values`` to ``cache`` in 5.x."""
+    parameters = inspect.signature(model.base_model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _check_twin(model: torch.nn.Module, twin: torch.nn.Module) -> None:
+    """A prefill twin must be the model's architecture: same config class, output head
+    shape (vocabulary × hidden) and number of layers."""
+    if type(twin.config) is not type(model.config):
+        raise ValueError(
+            f"prefill_model: config {type(twin.config).__name__} differs from the model's "
+            f"{type(model.config).__name__}"
+        )
+    twin_head = tuple(twin.get_output_embeddings().weight.shape)
+    model_head = tuple(model.get_output_embeddings().weight.shape)
+    if twin_head != model_head:
+        raise ValueError(
+            f"prefill_model: output head shape {twin_head} (vocabulary × hidden) differs from "
+            f"the model's {model_head}"
+        )
+    twin_layers = twin.config.get_text_config(decoder=True).num_hidden_layers
+    model_layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    if twin_layers != model_layers:
+        raise ValueError(f"prefill_model: {twin_layers} layers, the model has {model_layers}")
