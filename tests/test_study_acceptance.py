@@ -212,3 +212,65 @@ def test_scoring_runs_in_float32_and_leaves_the_model_in_its_own_dtype():
     expected = processing.probs(logits.to(torch.bfloat16).float()).double()
     np.testing.assert_allclose(rows, (expected / expected.sum(dim=1, keepdim=True)).numpy(), atol=1e-12)
     np.testing.assert_allclose(rows.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_cutting_the_tail_moves_every_method_by_at_most_its_bound(rng):
+    """Rows with a long tail of tiny probabilities, cut at 1e-5 (dropped masses ~1e-4,
+    far more than the studies' 1e-12 cut leaves): every method moves by at most the
+    bound B (proven for Σ min and α*, checked here for the verifiers); tail = 0 changes
+    nothing."""
+    from specbound.studies.acceptance import cut_tail, tail_bound
+
+    moved = 0.0
+    for _ in range(12):
+        logits = rng.normal(size=(2, 60)) * 5.0
+        target, draft = (np.exp(row - row.max()) / np.exp(row - row.max()).sum() for row in logits)
+        cut_target, cut_draft, dropped_target, dropped_draft = cut_tail(target, draft, 1e-5)
+        exact_target, exact_draft, *no_drop = cut_tail(target, draft, 0.0)
+        assert no_drop == [0.0, 0.0] and len(exact_target) == 60
+        assert 0 < dropped_target + dropped_draft < 0.05
+        for num_drafts in (2, 3):
+            bound = tail_bound(draft, dropped_target, dropped_draft, num_drafts)
+            assert bound >= dropped_target + num_drafts * dropped_draft
+            for method in METHODS:
+                full = method_acceptance(method, target[None], draft[None], num_drafts)[0]
+                cut = method_acceptance(method, cut_target[None], cut_draft[None], num_drafts)[0]
+                assert method_acceptance(method, exact_target[None], exact_draft[None], num_drafts)[0] == pytest.approx(full, abs=1e-12)
+                assert abs(full - cut) <= bound, method
+                moved = max(moved, abs(full - cut) / bound)
+    assert moved > 0.05  # the cut does move the values: the bound is tested, not vacuous
+
+
+def test_a_tail_that_is_not_a_small_number_is_refused():
+    for tail in (-1.0, 0.01, True, "1e-12"):
+        with pytest.raises(ValueError, match="tail"):
+            AcceptanceStudy(tail=tail)
+
+
+def test_float32_twins_prefill_and_score_while_the_model_decodes():
+    """A bf16 pair with float32 twins: each twin runs the prompt's prefill once, the
+    draft twin also the one scoring forward; the target is never re-scored (the engine
+    recorded its rows), and every decoding step runs in bf16."""
+    import copy
+    import dataclasses
+
+    from specbound.studies.pair import float32_twin
+
+    base = tiny_pair()
+    target, draft = (copy.deepcopy(model).to(torch.bfloat16) for model in (base.target, base.draft))
+    pair = dataclasses.replace(base, target=target, draft=draft,
+                               target_twin=float32_twin(target), draft_twin=float32_twin(draft))
+    calls = {name: 0 for name in ("target", "draft", "target_twin", "draft_twin")}
+    for name in calls:
+        getattr(pair, name).base_model.register_forward_hook(lambda *_, name=name: calls.__setitem__(name, calls[name] + 1))
+    prompt_ids = pair.encode("abcdeabcdeabcdeabcde")  # 20 tokens: above the twin's 16
+    processing = Processing(temperature=1.0)
+    trace = generate_trace(pair, processing, build_method("chain", gamma=2), prompt_ids, 6,
+                           torch.Generator().manual_seed(0), stop_at_eos=False)
+    assert calls["target_twin"] == 1 and calls["draft_twin"] == 1
+    decoding_calls = dict(calls)
+    target_rows, draft_rows = trace_probs(pair, trace, processing)
+    assert calls["draft_twin"] == 2 and calls["target_twin"] == 1
+    assert calls["target"] == decoding_calls["target"] and calls["draft"] == decoding_calls["draft"]
+    assert target_rows.shape == draft_rows.shape == (6, pair.vocab_size)
+    np.testing.assert_array_equal(target_rows, trace.target_probs)

@@ -18,7 +18,7 @@ import torch
 from specbound.commands.output import format_table
 from specbound.datasets import DATASETS, load_prompts
 from specbound.studies import tables
-from specbound.studies.acceptance import METHODS, AcceptanceStudy
+from specbound.studies.acceptance import DEFAULT_TAIL, METHODS, AcceptanceStudy
 from specbound.studies.bias import BIASED_METHODS, BiasStudy
 from specbound.studies.pair import load_pair
 from specbound.studies.rejections import RejectionsStudy
@@ -60,7 +60,8 @@ def build_study(args):
     options = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                "top_k": args.top_k, "top_p": args.top_p}
     if args.study == "acceptance":
-        return AcceptanceStudy(num_drafts=args.num_drafts, methods=args.methods, generation_gamma=args.gamma, **options)
+        return AcceptanceStudy(num_drafts=args.num_drafts, methods=args.methods, generation_gamma=args.gamma,
+                               tail=args.tail, **options)
     if args.study == "rejections":
         return RejectionsStudy(lookaheads=args.lookaheads, batch_sizes=args.batch_sizes,
                                batch_lookahead=args.batch_lookahead, **options)
@@ -87,7 +88,8 @@ def summary_tables(results) -> list[tuple[str, tuple]]:
 def run(args: argparse.Namespace) -> int:
     study = build_study(args)  # checks the settings before any model is loaded
     prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
-    pair = load_pair(args.target, args.draft, DTYPES[args.dtype], progress=not args.quiet)
+    pair = load_pair(args.target, args.draft, DTYPES[args.dtype], progress=not args.quiet,
+                     float32_twins=False if args.no_twins else None)
     for prompts in prompt_sets:
         dataset = prompts[0].dataset
         directory = Path(args.out) / study.name / dataset
@@ -118,6 +120,8 @@ def _common(parser) -> None:
                         help="target model: embedded name, .gguf file or HF folder (default default-target)")
     parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="model dtype (bfloat16)")
+    parser.add_argument("--no-twins", action="store_true",
+                        help="no float32 copies of bf16 models for prefill and scoring (saves ~8 GB, slower on CPU)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -135,8 +139,12 @@ def register(subparsers) -> None:
                             help="numbers of drafts n, comma-separated (default 3; ablation: 2,3,4,6)")
     acceptance.add_argument("--methods", type=_names(METHODS), default=list(METHODS),
                             help=f"methods, comma-separated (default all: {', '.join(METHODS)})")
-    acceptance.add_argument("--gamma", type=int, default=4,
-                            help="lookahead of the lossless chain that generates the text (default 4)")
+    acceptance.add_argument("--gamma", type=int, default=0,
+                            help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
+                            "(default 0: fastest on CPUs without bf16 units)")
+    acceptance.add_argument("--tail", type=float, default=DEFAULT_TAIL,
+                            help=f"cut tokens with max(p, q) below TAIL before the exact computations "
+                            f"(default {DEFAULT_TAIL:g}; the bound on the effect is recorded; 0 = exact)")
     rejections = studies.add_parser("rejections", help="predicted vs measured rejections along real text [YIN]")
     _common(rejections)
     rejections.add_argument("--lookaheads", type=_list(_lookahead), default=[None, 2, 4, 8],

@@ -1,12 +1,14 @@
 """A real generation and the exact (target, draft) distributions along it.
 
 ``generate_trace`` samples a continuation with the engine (``specbound.engine.Decoder``):
-with a lossless method its law is the target's. ``next_token_probs`` then scores the whole
-generated sequence with **one** forward of a model: row t is the model's next-token law
-after the prompt and the first t generated tokens, through the same ``Processing`` as the
-engine used (the one place logits become probabilities), in float64 and renormalised.
-Every exact quantity of the studies is computed from these rows, so "exact" means exact
-for the rows of this forward.
+with a lossless method its law is the target's. The engine hands back the target law each
+token was emitted under (``record_target_probs``): those are the target rows p_t, the very
+distributions the generation sampled from, at no extra cost. ``next_token_probs`` scores
+the whole generated sequence with **one** forward of the draft model: row t is its
+next-token law after the prompt and the first t generated tokens, through the same
+``Processing`` as the engine used (the one place logits become probabilities). Rows are
+float64 and renormalised. Every exact quantity of the studies is computed from these rows,
+so "exact" means exact for these rows.
 
 The scoring forward runs in float32 (``SCORING_DTYPE``): a bfloat16 model's weights are
 exactly representable in float32, the result is the model's function with less rounding,
@@ -15,14 +17,14 @@ faster (about 4× for the default target over ~270 tokens on the development mac
 model is cast back afterwards, so the engine keeps running in the model's own dtype, and
 the logits are rounded to that dtype, the precision the model's outputs have in the engine
 (a bfloat16 model's logits take few distinct values, which the exact RRS-without-
-replacement algorithm exploits). The rows differ from the engine's step-by-step
-probabilities by the internal rounding of the two forwards (mean TV about 1e-3 per
-position for the default pair in bfloat16).
+replacement algorithm exploits). The draft rows differ from the draft's step-by-step
+probabilities in the engine by the internal rounding of the two forwards (mean TV about
+1e-3 per position for the default pair in bfloat16).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +42,7 @@ class Trace:
     tokens: list[int]  # generated tokens, EOS included when it ended the sequence
     finish_reason: str  # "eos" or "length"
     stats: RunStats  # the engine's counts for this generation
+    target_probs: np.ndarray | None = None  # the target law of each token  # [len(tokens), vocab] float64
 
 
 def generate_trace(
@@ -53,11 +56,21 @@ def generate_trace(
 ) -> Trace:
     """One engine generation. ``stop_at_eos=False`` always runs to ``max_new_tokens`` (a
     fixed horizon T, as [YIN]'s Thm 1 and Thm 3 assume)."""
-    drafter = ModelDrafter(CausalLM(pair.draft), processing) if method.depth > 0 else None
+    draft_lm = CausalLM(pair.draft, prefill_model=pair.draft_twin)
+    drafter = ModelDrafter(draft_lm, processing) if method.depth > 0 else None
     eos_token_ids = pair.eos_token_ids if stop_at_eos else ()
-    decoder = Decoder(CausalLM(pair.target), drafter, processing, eos_token_ids=eos_token_ids)
-    generation = decoder.generate(prompt_ids, method, max_new_tokens, generator)
-    return Trace(list(prompt_ids), generation.tokens, generation.finish_reason, generation.stats)
+    target_lm = CausalLM(pair.target, prefill_model=pair.target_twin)
+    decoder = Decoder(target_lm, drafter, processing, eos_token_ids=eos_token_ids)
+    generation = decoder.generate(prompt_ids, method, max_new_tokens, generator, record_target_probs=True)
+    return Trace(
+        list(prompt_ids), generation.tokens, generation.finish_reason, generation.stats,
+        _renormalised(generation.target_probs),
+    )
+
+
+def _renormalised(probs: torch.Tensor) -> np.ndarray:
+    probs = probs.to(torch.float64)
+    return (probs / probs.sum(dim=-1, keepdim=True)).numpy()
 
 
 @contextmanager
@@ -75,27 +88,34 @@ def computing_in(model: torch.nn.Module, dtype: torch.dtype):
         model.to(original)
 
 
-def next_token_probs(model: torch.nn.Module, prompt_ids, tokens, processing: Processing) -> np.ndarray:
+def next_token_probs(
+    model: torch.nn.Module, prompt_ids, tokens, processing: Processing, twin: torch.nn.Module | None = None
+) -> np.ndarray:
     """Row t = law of token t given the prompt and tokens[:t], from one forward over
     prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), computed in
-    ``SCORING_DTYPE``, logits rounded to the model's dtype; rows in float64, renormalised.
+    ``SCORING_DTYPE`` (by ``twin``, the model's float32 copy, when given; else by casting
+    the model), logits rounded to the model's dtype; rows in float64, renormalised.
     # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
     parameter = next(model.parameters())
     input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=parameter.device)
-    with torch.no_grad(), computing_in(model, SCORING_DTYPE):
-        logits = model(input_ids=input_ids, logits_to_keep=len(tokens)).logits[0]
+    scoring = computing_in(model, SCORING_DTYPE) if twin is None else nullcontext(twin)
+    with torch.no_grad(), scoring as scorer:
+        logits = scorer(input_ids=input_ids, logits_to_keep=len(tokens)).logits[0]
     logits = logits.to(parameter.dtype).float().cpu()  # the precision the model's outputs have
-    probs = processing.probs(logits).to(torch.float64)
-    return (probs / probs.sum(dim=-1, keepdim=True)).numpy()
+    return _renormalised(processing.probs(logits))
 
 
 def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[np.ndarray, np.ndarray]:
-    """(target rows, draft rows) along the trace, one forward of each model.
+    """(target rows, draft rows) along the trace: the target laws the engine recorded
+    (one scoring forward of the target when the trace has none), one forward of the draft.
     # -> [T, vocab], [T, vocab] float64"""
-    target_rows = next_token_probs(pair.target, trace.prompt_ids, trace.tokens, processing)
-    draft_rows = next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
+    if trace.target_probs is not None:
+        target_rows = trace.target_probs
+    else:
+        target_rows = next_token_probs(pair.target, trace.prompt_ids, trace.tokens, processing, pair.target_twin)
+    draft_rows = next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing, pair.draft_twin)
     return target_rows, draft_rows
 
 
