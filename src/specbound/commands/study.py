@@ -18,7 +18,7 @@ import torch
 from specbound.commands.output import format_table
 from specbound.datasets import DATASETS, load_prompts
 from specbound.studies import tables
-from specbound.studies.acceptance import DEFAULT_TAIL, METHODS, AcceptanceStudy
+from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, METHODS, AcceptanceStudy
 from specbound.studies.bias import BIASED_METHODS, BiasStudy
 from specbound.studies.pair import load_pair
 from specbound.studies.rejections import RejectionsStudy
@@ -61,7 +61,7 @@ def build_study(args):
                "top_k": args.top_k, "top_p": args.top_p}
     if args.study == "acceptance":
         return AcceptanceStudy(num_drafts=args.num_drafts, methods=args.methods, generation_gamma=args.gamma,
-                               tail=args.tail, **options)
+                               tail_budget=args.tail_budget, **options)
     if args.study == "rejections":
         return RejectionsStudy(lookaheads=args.lookaheads, batch_sizes=args.batch_sizes,
                                batch_lookahead=args.batch_lookahead, **options)
@@ -142,9 +142,10 @@ def register(subparsers) -> None:
     acceptance.add_argument("--gamma", type=int, default=0,
                             help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
                             "(default 0: fastest on CPUs without bf16 units)")
-    acceptance.add_argument("--tail", type=float, default=DEFAULT_TAIL,
-                            help=f"cut tokens with max(p, q) below TAIL before the exact computations "
-                            f"(default {DEFAULT_TAIL:g}; the bound on the effect is recorded; 0 = exact)")
+    acceptance.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET,
+                            help=f"drop each row's least likely tokens before the exact computations while the "
+                            f"proven bound on the move of any acceptance stays below this "
+                            f"(default {DEFAULT_TAIL_BUDGET:g}, recorded per position; 0 = exact)")
     rejections = studies.add_parser("rejections", help="predicted vs measured rejections along real text [YIN]")
     _common(rejections)
     rejections.add_argument("--lookaheads", type=_list(_lookahead), default=[None, 2, 4, 8],
