@@ -241,17 +241,21 @@ def test_cutting_the_tail_moves_every_method_by_at_most_its_bound(rng):
 
 
 def test_the_cut_never_drops_the_largest_draft_tokens():
-    """The n largest draft tokens stay even when they are among the least likely overall
-    (the greedy scheme's fixed drafts and the number of distinct drafts must not change)."""
+    """The n largest draft tokens and the largest target token stay even under a budget
+    so large that every other token goes (the greedy scheme's fixed drafts and the number
+    of distinct drafts must not change)."""
     from specbound.studies.acceptance import cut_tail
 
     draft = np.concatenate([[0.6, 0.3], np.full(1000, 0.1 / 1000)])
-    draft[2] += 1e-9  # the third largest draft token, as unlikely as the tail
+    draft[7] *= 1.5  # the third largest draft token, otherwise like the tail
     draft /= draft.sum()
-    target = np.concatenate([[0.5, 0.5], np.zeros(1000)])
-    _, cut_draft, _, dropped_draft, bound = cut_tail(target, draft, 1e-2, 3)
-    assert 0 < dropped_draft and bound <= 1e-2
-    assert np.isclose(np.sort(cut_draft)[-3] * (1 - dropped_draft), draft[2], rtol=1e-12)
+    target = np.concatenate([[0.2, 0.2], np.zeros(1000)])
+    target[500] = 0.6
+    cut_target, cut_draft, _, dropped_draft, _ = cut_tail(target, draft, 10.0, 3)
+    assert len(cut_draft) == 4 and dropped_draft > 0.09
+    kept = draft[[0, 1, 7, 500]]
+    np.testing.assert_allclose(cut_draft, kept / kept.sum(), rtol=1e-12)
+    np.testing.assert_allclose(cut_target, target[[0, 1, 7, 500]], rtol=1e-12)
 
 
 def test_a_tail_budget_that_is_not_a_small_number_is_refused():

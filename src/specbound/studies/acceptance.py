@@ -102,18 +102,27 @@ def tail_factor(draft: np.ndarray, num_drafts: int) -> float:
 
 def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):
     """Drop the least likely tokens while B = δp + δq·tail_factor ≤ ``budget``; renormalise.
+
+    Tokens are dropped by octaves of max(p, q) (all below 2^k for the largest k that fits
+    the budget), which costs O(vocab) instead of a sort; the n largest draft tokens and the
+    largest target token are never dropped.
     # [vocab], [vocab] -> [k] target, [k] draft, δp, δq, B"""
     likely = np.maximum(target, draft)
-    droppable = likely > 0
-    droppable[np.argpartition(draft, draft.size - min(num_drafts, draft.size))[draft.size - min(num_drafts, draft.size) :]] = False
-    droppable[np.argmax(target)] = False
-    factor = tail_factor(draft, num_drafts)
-    candidates = np.flatnonzero(droppable)
-    order = candidates[np.argsort(likely[candidates], kind="stable")]
-    move = np.cumsum(target[order]) + factor * np.cumsum(draft[order])  # B after dropping order[:k + 1]
-    count = int(np.searchsorted(move, budget, side="right")) if budget > 0 else 0
     keep = likely > 0
-    keep[order[:count]] = False
+    if budget > 0:
+        factor = tail_factor(draft, num_drafts)
+        droppable = likely <= budget  # a dropped token alone adds p + factor·q ≥ max(p, q)
+        count = min(num_drafts, draft.size)
+        droppable[np.argpartition(draft, draft.size - count)[draft.size - count :]] = False
+        droppable[np.argmax(target)] = False
+        candidates = np.flatnonzero(droppable & keep)
+        octave = np.floor(np.log2(likely[candidates])).astype(np.int64)  # token in [2^o, 2^(o+1))
+        octave -= octave.min() if octave.size else 0
+        move = np.cumsum(np.bincount(octave, weights=target[candidates] + factor * draft[candidates]))
+        dropped_octaves = int(np.searchsorted(move, budget, side="right"))  # octaves 0 .. k−1 fit
+        keep[candidates[octave < dropped_octaves]] = False
+    else:
+        factor = 0.0
     kept_target, kept_draft = target[keep], draft[keep]
     dropped_target, dropped_draft = float(target[~keep].sum()), float(draft[~keep].sum())
     bound = dropped_target + factor * dropped_draft
