@@ -77,10 +77,15 @@ def plot_bias_front(total_variation: float, sweeps: dict, path, title: str) -> P
     axes.fill_between([0, total_variation, 1], [total_variation, 0, 0], [1, 1, 1], color="tab:green", alpha=0.07)
     axes.plot([0], [total_variation], "k*", ms=10, label="speculative sampling (lossless, ε = 0)")
     axes.plot([total_variation], [0], "kX", ms=8, label="always accept the draft")
-    for marker, (label, (biases, rejections, epsilons)) in zip("os^D", sweeps.items()):
-        axes.plot(biases, rejections, marker=marker, ms=5, lw=1, label=label)
+    # labels of the first sweep above right of its points, of the next ones below left, so
+    # that they stay apart where the sweeps meet (large ε)
+    offsets = [((4, 3), "left", "bottom"), ((-4, -3), "right", "top"), ((4, -3), "left", "top")]
+    for index, (marker, (label, (biases, rejections, epsilons))) in enumerate(zip("os^D", sweeps.items())):
+        line, = axes.plot(biases, rejections, marker=marker, ms=5, lw=1, label=label)
+        offset, horizontal, vertical = offsets[index % len(offsets)]
         for bias, rejection, epsilon in zip(biases, rejections, epsilons):
-            axes.annotate(f"ε={epsilon:g}", (bias, rejection), fontsize=7, xytext=(4, 3), textcoords="offset points")
+            axes.annotate(f"ε={epsilon:g}", (bias, rejection), fontsize=7, xytext=offset, textcoords="offset points",
+                          ha=horizontal, va=vertical, color=line.get_color())
     limit = 1.15 * total_variation + 0.01
     axes.set_xlim(0, limit)
     axes.set_ylim(0, limit)
