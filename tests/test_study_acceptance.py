@@ -291,3 +291,21 @@ def test_float32_twins_prefill_and_score_while_the_model_decodes():
     assert calls["target"] == decoding_calls["target"] and calls["draft"] == decoding_calls["draft"]
     assert target_rows.shape == draft_rows.shape == (6, pair.vocab_size)
     np.testing.assert_array_equal(target_rows, trace.target_probs)
+
+
+def test_worker_processes_give_the_records_of_one_process(tmp_path):
+    """The exact computations split over two spawned processes (interleaved rows) must
+    give exactly the records computed in this process."""
+    import json
+
+    prompts = tiny_prompts(2)
+    records = []
+    for workers in (1, 2):
+        study = AcceptanceStudy(num_drafts=[2, 3], max_new_tokens=10, workers=workers)
+        run_study(study, tiny_pair(), prompts, tmp_path / str(workers), "toy", seed=0, progress=False)
+        lines = (tmp_path / str(workers) / "records.jsonl").read_text().splitlines()
+        records.append([{key: value for key, value in json.loads(line).items() if key != "seconds"}
+                        for line in lines])
+    assert len(records[0]) > 20
+    assert records[0] == records[1]
+    assert study._pool is not None  # the second run did split the work

@@ -10,6 +10,7 @@ stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def build_study(args):
                "top_k": args.top_k, "top_p": args.top_p}
     if args.study == "acceptance":
         return AcceptanceStudy(num_drafts=args.num_drafts, methods=args.methods, generation_gamma=args.gamma,
-                               tail_budget=args.tail_budget, **options)
+                               tail_budget=args.tail_budget, workers=args.workers, **options)
     if args.study == "rejections":
         return RejectionsStudy(lookaheads=args.lookaheads, batch_sizes=args.batch_sizes,
                                batch_lookahead=args.batch_lookahead, **options)
@@ -142,6 +143,8 @@ def register(subparsers) -> None:
     acceptance.add_argument("--gamma", type=int, default=0,
                             help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
                             "(default 0: fastest on CPUs without bf16 units)")
+    acceptance.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+                            help="processes for the exact computations (default: 2, or 1 on one core)")
     acceptance.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET,
                             help=f"drop each row's least likely tokens before the exact computations while the "
                             f"proven bound on the move of any acceptance stays below this "

@@ -40,7 +40,9 @@ prompts pooled) with standard errors over prompts (``statistics``).
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import torch
@@ -177,7 +179,12 @@ class AcceptanceStudy:
         top_p: float | None = None,
         generation_gamma: int = 0,
         tail_budget: float = DEFAULT_TAIL_BUDGET,
+        workers: int = 1,
     ):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers: expected a positive integer, got {workers!r}")
+        self.workers = workers
+        self._pool = None
         for method in methods:
             if method not in METHODS:
                 raise ValueError(f"methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
@@ -231,15 +238,9 @@ class AcceptanceStudy:
         for num_drafts in self.num_drafts:
             rows = [cut_tail(target, draft, self.tail_budget, num_drafts)
                     for target, draft in zip(target_rows, draft_rows)]
-            acceptance = {}
-            for method in self.methods:
-                try:
-                    acceptance[method] = [
-                        method_acceptance(method, target[None], draft[None], num_drafts)[0]
-                        for target, draft, *_ in rows
-                    ]
-                except ValueError as error:  # no exact algorithm at this size (e.g. RRS w/o, n ≥ 4)
-                    unavailable[f"{method}, n={num_drafts}"] = str(error)
+            acceptance, missing = self._exact(rows, num_drafts)
+            for method, reason in missing.items():  # no exact algorithm at this size (e.g. RRS w/o, n ≥ 4)
+                unavailable[f"{method}, n={num_drafts}"] = reason
             for position, token in enumerate(trace.tokens):
                 positions.append({
                     "prompt_id": unit.prompt.id,
@@ -263,6 +264,42 @@ class AcceptanceStudy:
             "acceptance": time.perf_counter() - scored,
         }
         return UnitOutput(positions, run, seconds)
+
+
+    def _exact(self, rows, num_drafts: int) -> tuple[dict, dict]:
+        """Every method at every row: in this process, or split over ``workers`` processes
+        (interleaved rows, so each gets a share of the long and the short ones)."""
+        pairs = [(target, draft) for target, draft, *_ in rows]
+        if self.workers == 1 or len(pairs) < 2 * self.workers:
+            return exact_acceptances(self.methods, pairs, num_drafts)
+        if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        parts = list(self._pool.map(
+            exact_acceptances, [self.methods] * self.workers,
+            [pairs[start :: self.workers] for start in range(self.workers)], [num_drafts] * self.workers,
+        ))
+        missing = {method: reason for _, part_missing in parts for method, reason in part_missing.items()}
+        acceptance = {}
+        for method in self.methods:
+            if method not in missing:
+                values = np.empty(len(pairs))
+                for start, (part, _) in enumerate(parts):
+                    values[start :: self.workers] = part[method]
+                acceptance[method] = values
+        return acceptance, missing
+
+
+def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
+    """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
+    no exact value at this size (``method_acceptance``'s ValueError)."""
+    acceptance, missing = {}, {}
+    for method in methods:
+        try:
+            acceptance[method] = [method_acceptance(method, target[None], draft[None], num_drafts)[0]
+                                  for target, draft in pairs]
+        except ValueError as error:
+            missing[method] = str(error)
+    return acceptance, missing
 
 
 def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:
