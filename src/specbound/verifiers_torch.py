@@ -5,7 +5,10 @@ emitted token by inverse CDF) and agree with it draw for draw in float64. No Pyt
 loops over the batch or the vocabulary; the only loop is over the n drafts.
 
 Verifiers without a native path run the numpy reference on float64 copies, so every
-registered verifier can be called from the engine.
+registered verifier can be called from the engine. A float32 (or narrower) row of a large
+vocabulary sums to 1 only within its rounding (about 1e-6 for 151,936 tokens, beyond the
+numpy path's check), so its float64 copy is renormalised first: that is the law a
+sampler draws from that row.
 
 Inputs are trusted to be probability rows (the engine's one processing step makes them):
 shapes, token ids and the number of drafts are checked, row sums are not (that would cost
@@ -103,6 +106,15 @@ def _check_shapes(verifier, target, draft, tokens, uniforms):
     verifier.check_num_drafts(tokens.shape[1])
 
 
+def _float64_law(probs: torch.Tensor) -> np.ndarray:
+    """Float64 numpy copy of probability rows; renormalised when they were narrower.
+    # [batch, vocab] -> [batch, vocab] float64"""
+    rows = probs.detach().to(device="cpu", dtype=torch.float64)
+    if probs.dtype != torch.float64:
+        rows = rows / rows.sum(dim=-1, keepdim=True)
+    return rows.numpy()
+
+
 def verify_torch_with_uniforms(verifier: Verifier, target_probs, draft_probs, draft_tokens, uniforms) -> Verdict:
     """Torch twin of ``Verifier.verify_with_uniforms``.
     # target_probs, draft_probs [batch, vocab]; draft_tokens [batch, n]; uniforms [batch, n + 1]"""
@@ -110,8 +122,8 @@ def verify_torch_with_uniforms(verifier: Verifier, target_probs, draft_probs, dr
     native = NATIVE.get(verifier.name)
     if native is None:
         verdict = verifier.verify_with_uniforms(
-            target_probs.double().cpu().numpy(),
-            draft_probs.double().cpu().numpy(),
+            _float64_law(target_probs),
+            _float64_law(draft_probs),
             draft_tokens.cpu().numpy(),
             uniforms.double().cpu().numpy(),
         )
