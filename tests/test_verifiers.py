@@ -293,3 +293,17 @@ def test_optimal_verifier_refuses_large_problems():
     target = np.full(40, 1 / 40)
     with pytest.raises(ValueError):
         get_verifier("optimal").acceptance_rate(target, target, 4)
+
+
+@pytest.mark.parametrize("num_drafts", [1, 2, 3])
+def test_rows_equal_up_to_rounding_are_accepted_for_sure(num_drafts):
+    """p ≤ q everywhere with Σq exceeding Σp by one ulp (seen at T = 0.1 on the default
+    pair): (p − q)+ has no mass, the two-sided TV is 1e-17; every exact acceptance is 1
+    and none divides by the empty residual."""
+    from specbound.studies.acceptance import METHODS, method_acceptance
+
+    target = np.array([[0.3, 0.7, 0.0]])
+    draft = target.copy()
+    draft[0, 1] = np.nextafter(draft[0, 1], 1.0)
+    for method in METHODS:
+        assert method_acceptance(method, target, draft, num_drafts)[0] == pytest.approx(1.0, abs=1e-12), method

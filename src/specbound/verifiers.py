@@ -216,16 +216,19 @@ class RecursiveRejection(Verifier):
     def _acceptance_rate(self, target, draft, num_drafts):
         if not self.without_replacement:
             # α = 1 − Π_i (1 − Σ min(pⁱ, q)); the residual chain does not depend on the drafts.
+            # 1 − Σ min(pⁱ, q) is taken as Σ (pⁱ − q)+, the residual's own mass: for rows
+            # equal up to rounding the two-sided TV can be 1e-17 while (pⁱ − q)+ is all zero.
             rejection = np.ones(target.shape[0])
             current = target
             for _ in range(num_drafts):
-                step_rejection = total_variation(current, draft)
+                excess = np.maximum(current - draft, 0.0)
+                step_rejection = excess.sum(axis=-1)
                 rejection = rejection * step_rejection
                 live = step_rejection > 0
                 if not np.any(live):
                     break
                 current = current.copy()
-                current[live] = normalize_mass(np.maximum(current[live] - draft[live], 0.0))
+                current[live] = excess[live] / step_rejection[live, None]
             return 1.0 - rejection
         return np.array(
             [rrs_without_replacement_acceptance(t, d, num_drafts) for t, d in zip(target, draft)]
@@ -334,7 +337,8 @@ class KSeq(Verifier):
     def _acceptance_rate(self, target, draft, num_drafts):
         _, accepted_mass, beta, leftover = self._parts(target, draft, num_drafts)
         none_accepted = (1.0 - beta[:, 0]) ** num_drafts
-        live = none_accepted > 0
+        # a leftover without mass means every draft is accepted (β = 1 up to rounding)
+        live = (none_accepted > 0) & (leftover.sum(axis=1) > 0)
         hits = np.zeros(target.shape[0])
         if np.any(live):
             rejected_draft = (draft[live] - accepted_mass[live]) / (1.0 - beta[live])
