@@ -79,3 +79,19 @@ def test_large_exact_recursion_is_refused():
     draft /= draft.sum()
     with pytest.raises(ValueError, match="n = 4"):
         rrs_without_replacement_acceptance(target, draft, 4)
+
+
+@pytest.mark.parametrize("num_drafts", [2, 3, 4])
+def test_a_draft_stored_as_one_with_a_tiny_rest_keeps_its_rest(num_drafts):
+    """At low temperature a draft row can hold q(top) = 1.0 exactly beside tokens of 1e-17
+    (seen at T = 0.1 on the default pair): 1 − q(top) must be the rest's summed mass, not
+    1.0 − 1.0 = 0 (which gave NaN for n = 3 and a wrong 0.5 for n = 2). The acceptance
+    must equal that of the same row with a representable rest."""
+    target = np.array([0.5, 0.3, 0.15, 0.05, 0.0])
+    values = []
+    for rest in (1e-9, 1e-17, 1e-30):
+        draft = np.array([1.0 - 4 * rest, rest, rest, rest, rest])
+        assert (draft[0] == 1.0) == (rest < 1e-16)
+        values.append(rrs_without_replacement_acceptance(target, draft, num_drafts))
+    assert np.all(np.isfinite(values))
+    np.testing.assert_allclose(values[1:], values[0], atol=1e-9)

@@ -86,7 +86,8 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
         )
 
     def level(current, removed, remaining):
-        scale = 1.0 / (1.0 - draft_row[removed].sum())
+        kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
+        scale = 1.0 / kept_mass
         accept_mass = float(min_sum_curve(current, draft_row)(scale))
         if remaining == 1 or accept_mass >= 1.0:
             return accept_mass
@@ -94,8 +95,8 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
         rejected_tokens = np.flatnonzero(rejection > 0)
         next_target = normalize_mass(np.maximum(current - scale * draft_row, 0.0))
         if remaining == 2:
-            next_removed_mass = draft_row[removed].sum() + draft_row[rejected_tokens]
-            tail = min_sum_curve(next_target, draft_row)(1.0 / (1.0 - next_removed_mass))
+            next_kept_mass = _mass_without(draft_row, ~removed, rejected_tokens)
+            tail = min_sum_curve(next_target, draft_row)(1.0 / next_kept_mass)
         else:
             tail = []
             for token in rejected_tokens:
@@ -130,7 +131,8 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
 
     # x1: tokens with q > p, grouped by their draft probability c.
     removed, group_weight = _sum_by_value(draft_row[first_rejection > 0], first_rejection[first_rejection > 0])
-    scale = 1.0 / (1.0 - removed)  # s per group
+    one_minus = _complement(draft_row)
+    scale = 1.0 / one_minus(removed)  # s per group
     accept_second = curve(scale)  # A2 per group
     rest = 1.0 - accept_second  # P(second draft rejected | x1) = Σ_x2 w2
 
@@ -143,11 +145,41 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     bins = min(FIRST_BIN_COUNT, len(distinct))
     while True:
         edges = distinct[np.unique(np.linspace(0, len(distinct), bins + 1).astype(int)[:-1])]
-        low, high = _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight)
+        low, high = _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus)
         low, high = 1.0 - total_variation + low, 1.0 - total_variation + high
         if high - low <= 2 * tolerance or bins == len(distinct):
             return low, high
         bins = min(8 * bins, len(distinct))
+
+
+def _complement(draft_row):
+    """v -> 1 − v for draft values v, exact where it matters: for the largest value, when
+    it is above 1/2, 1 − q(top) is the summed mass of the other tokens (a peaked row can
+    store q(top) as 1.0 while the others hold 1e-17: 1.0 − q(top) would be 0)."""
+    top = int(np.argmax(draft_row))
+    top_value = draft_row[top]
+    others = float(np.delete(draft_row, top).sum()) if top_value > 0.5 else None
+
+    def one_minus(values):
+        values = np.asarray(values, dtype=np.float64)
+        if others is None:
+            return 1.0 - values
+        return np.where(values == top_value, others, 1.0 - values)
+
+    return one_minus
+
+
+def _mass_without(draft_row, kept, tokens):
+    """Σ_{y kept, y ≠ x} q(y) for each token x of ``tokens`` (kept[x] True), summed so
+    that a dominant x leaves the small rest exact. # kept [vocab] bool, tokens [k] -> [k]"""
+    kept_mass = draft_row[kept].sum()
+    result = kept_mass - draft_row[tokens]
+    dominant = draft_row[tokens] > 0.5 * kept_mass
+    for index in np.flatnonzero(dominant):  # at most one token is above half the mass
+        rest = kept.copy()
+        rest[tokens[index]] = False
+        result[index] = draft_row[rest].sum()
+    return result
 
 
 def _sum_by_value(values, weights):
@@ -158,7 +190,7 @@ def _sum_by_value(values, weights):
     return values[starts], np.add.reduceat(weights, starts)
 
 
-def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight):
+def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus):
     """Σ_g W_g·[A2_g + Σ_b L_b(g)·A3(g, ·)] with A3 at each bin's smallest and largest
     draft value; L_b(g) = Σ_{x2 ∈ b, x2 ≠ x1} q(x2)(s_g − r(x2))+ exactly.
     # values, ratio [tokens] sorted by value; edges [bins] start indices; groups [G]"""
@@ -183,9 +215,11 @@ def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, g
         own_bin = np.searchsorted(edges, np.searchsorted(values, removed[group]), side="right") - 1
         second[np.arange(size), own_bin] -= removed[group] * chunk_scale  # x2 = x1: r(x1) = 0
         second = np.maximum(second, 0.0)
-        at_low = _third_acceptance(curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_low)
+        at_low = _third_acceptance(
+            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_low, one_minus
+        )
         at_high = at_low if exact else _third_acceptance(
-            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_high
+            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_high, one_minus
         )
         weight = group_weight[group]
         low += float(weight @ (accept_second[group] + (second * at_low).sum(axis=1)))
@@ -193,12 +227,13 @@ def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, g
     return low, high
 
 
-def _third_acceptance(curve, removed, scale, accept_second, rest, other_draft):
+def _third_acceptance(curve, removed, scale, accept_second, rest, other_draft, one_minus):
     """A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) for groups × bins,
     increasing in q(x2) up to its limit 1 as q(x1) + q(x2) → 1 (G(∞) = 1), which it
     keeps beyond (only a bin's end can lie there). Where the second level never rejects
     (1 − G(s) = 0) the weights L are 0 and A3 is set to 0.  # -> [G, bins]"""
-    denominator = 1.0 - removed[:, None] - other_draft[None, :]
+    larger = np.maximum(removed[:, None], other_draft[None, :])
+    denominator = one_minus(larger) - np.minimum(removed[:, None], other_draft[None, :])  # 1 − q(x1) − q(x2)
     inside = denominator > 0
     safe_rest = np.where(rest > 0, rest, 1.0)[:, None]
     threshold = scale[:, None] + np.where(inside, safe_rest / np.where(inside, denominator, 1.0), 0.0)
