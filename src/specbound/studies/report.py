@@ -252,20 +252,20 @@ def _acceptance_findings(results: StudyResults, summary: dict) -> list:
         for count in settings["num_drafts"]:
             def value(method):
                 entry = summary.get((temperature, count, method))
-                return None if entry is None else entry[0]
+                return None if entry is None or math.isnan(entry[0]) else entry[0]  # no comparison with NaN
 
             without, with_ = value("optimal_without_replacement"), value("optimal_with_replacement")
             rrs_without, rrs = value("rrs_without_replacement"), value("rrs")
             facts = []
             if without is not None and with_ is not None:
                 facts.append(f"α* without replacement {without:.4f} vs with {with_:.4f} "
-                             f"({'without wins' if without > with_ else 'with wins'})")
+                             f"({'without wins' if without > with_ else 'with wins' if with_ > without else 'tie'})")
             if rrs_without is not None and rrs is not None:
                 facts.append(f"RRS without {rrs_without:.4f} vs with {rrs:.4f}")
             greedy = value("greedy")
             if greedy is not None and rrs_without is not None:
                 facts.append(f"greedy {greedy:.4f} vs RRS without replacement {rrs_without:.4f} "
-                             f"({'greedy wins' if greedy > rrs_without else 'greedy loses'})")
+                             f"({'greedy wins' if greedy > rrs_without else 'greedy loses' if greedy < rrs_without else 'tie'})")
             gaps = [f"{m} {tables.estimate(gaps_to_optimum[(temperature, count, m)])}" for m in settings["methods"]
                     if (temperature, count, m) in gaps_to_optimum]
             if gaps:
