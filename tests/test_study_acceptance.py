@@ -309,3 +309,16 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
     assert len(records[0]) > 20
     assert records[0] == records[1]
     assert study._pool is not None  # the second run did split the work
+
+
+def test_tail_factor_sums_the_mass_left_after_the_largest_draft_tokens(rng):
+    """Σ_{i<n} 1/(1 − S_i) from its definition on random rows; on a row holding
+    q(top) = 1.0 beside two 1e-17 tokens, 1 − S_1 is their 2e-17, not 1.0 − 1.0."""
+    from specbound.studies.acceptance import tail_factor
+
+    for num_drafts in (1, 2, 3, 6):
+        draft = rng.dirichlet(np.ones(50))
+        largest = np.concatenate([[0.0], np.cumsum(np.sort(draft)[::-1])])[:num_drafts]
+        assert tail_factor(draft, num_drafts) == pytest.approx(np.sum(1.0 / (1.0 - largest)), rel=1e-12)
+    peaked = np.array([1.0, 1e-17, 1e-17, 0.0])
+    assert tail_factor(peaked, 3) == pytest.approx(1.0 + 1.0 / 2e-17 + 1.0 / 1e-17, rel=1e-12)

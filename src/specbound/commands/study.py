@@ -147,7 +147,7 @@ def register(subparsers) -> None:
                             help="processes for the exact computations (default: 2, or 1 on one core)")
     acceptance.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET,
                             help=f"drop each row's least likely tokens before the exact computations while the "
-                            f"proven bound on the move of any acceptance stays below this "
+                            f"bound on the move of the acceptances (proven for α*, tested for the verifiers) stays below this "
                             f"(default {DEFAULT_TAIL_BUDGET:g}, recorded per position; 0 = exact)")
     rejections = studies.add_parser("rejections", help="predicted vs measured rejections along real text [YIN]")
     _common(rejections)

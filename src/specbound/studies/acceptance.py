@@ -95,11 +95,16 @@ DEFAULT_TAIL_BUDGET = 1e-6
 
 
 def tail_factor(draft: np.ndarray, num_drafts: int) -> float:
-    """Σ_{i<n} 1/(1 − S_i), S_i the mass of the draft's i largest tokens. # [vocab] -> float"""
+    """Σ_{i<n} 1/(1 − S_i), S_i the mass of the draft's i largest tokens; 1 − S_i is summed
+    from the other tokens (a peaked row can hold q(top) = 1.0 beside 1e-17 tokens, where
+    1.0 − S_1 would be 0). # [vocab] -> float"""
     size = min(num_drafts - 1, draft.size - 1)
-    top = np.sort(np.partition(draft, draft.size - 1 - size)[draft.size - size :])[::-1] if size > 0 else []
-    removed = np.concatenate([[0.0], np.cumsum(top)])[:num_drafts]  # S_0 .. S_{n−1}
-    return float(np.sum(1.0 / np.maximum(1.0 - removed, 1e-300)))
+    split = np.partition(draft, draft.size - 1 - size) if size > 0 else draft
+    top = np.sort(split[draft.size - size :]) if size > 0 else np.zeros(0)  # ascending
+    rest = split[: draft.size - size].sum()  # mass outside the top n − 1
+    # 1 − S_i = rest + the top tokens from i on: i = n − 1, n − 2, ..., 0
+    outside = rest + np.concatenate([[0.0], np.cumsum(top)])
+    return float(np.sum(1.0 / np.maximum(outside, 1e-300)))
 
 
 def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):
@@ -264,7 +269,6 @@ class AcceptanceStudy:
             "acceptance": time.perf_counter() - scored,
         }
         return UnitOutput(positions, run, seconds)
-
 
     def _exact(self, rows, num_drafts: int) -> tuple[dict, dict]:
         """Every method at every row: in this process, or split over ``workers`` processes
