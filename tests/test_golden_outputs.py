@@ -1,0 +1,65 @@
+"""Nothing the reorganisation moved changed a number: the command line, the engine and the
+studies reproduce the outputs recorded before it (``tests/golden/outputs.py``).
+
+Token ids, counts, names and reasons must be identical; floats must agree to 1e-12 (a
+formula written once instead of several times may round its last bit differently, far
+below every tolerance the math states).
+"""
+
+import json
+import math
+
+import pytest
+
+from golden.outputs import GOLDEN_FILE, command_outputs, engine_outputs, study_outputs
+
+FLOAT_TOLERANCE = 1e-12
+GOLDEN = json.loads(GOLDEN_FILE.read_text())
+
+
+def differences(recorded, produced, path="") -> list[str]:
+    """Where ``produced`` differs from ``recorded`` (JSON values), as readable paths."""
+    if isinstance(recorded, float) or isinstance(produced, float):
+        if isinstance(recorded, (int, float)) and isinstance(produced, (int, float)):
+            if math.isnan(recorded) and math.isnan(produced):
+                return []
+            if abs(recorded - produced) <= FLOAT_TOLERANCE:
+                return []
+        return [f"{path}: {recorded!r} -> {produced!r}"]
+    if isinstance(recorded, dict) and isinstance(produced, dict):
+        found = [f"{path}/{key}: missing" for key in recorded.keys() - produced.keys()]
+        found += [f"{path}/{key}: new" for key in produced.keys() - recorded.keys()]
+        for key in recorded.keys() & produced.keys():
+            found += differences(recorded[key], produced[key], f"{path}/{key}")
+        return found
+    if isinstance(recorded, list) and isinstance(produced, list):
+        if len(recorded) != len(produced):
+            return [f"{path}: length {len(recorded)} -> {len(produced)}"]
+        return [line for index, (a, b) in enumerate(zip(recorded, produced))
+                for line in differences(a, b, f"{path}[{index}]")]
+    return [] if recorded == produced else [f"{path}: {recorded!r} -> {produced!r}"]
+
+
+def check(produced: dict) -> None:
+    produced = json.loads(json.dumps(produced))
+    found = [line for name, value in produced.items() for line in differences(GOLDEN[name], value, name)]
+    assert not found, f"{len(found)} differences, e.g.\n" + "\n".join(found[:20])
+
+
+def test_the_command_line_reproduces_its_golden_outputs():
+    check(command_outputs())
+
+
+def test_the_engine_reproduces_its_golden_tokens():
+    check(engine_outputs())
+
+
+def test_the_studies_reproduce_their_golden_records():
+    check(study_outputs())
+
+
+def test_the_comparison_can_fail():
+    assert differences({"a": [1, 2.0]}, {"a": [1, 2.0 + 1e-9]}) == ["/a[1]: 2.0 -> 2.000000001"]
+    assert differences({"a": 1}, {"b": 1}) != []
+    with pytest.raises(AssertionError):
+        check({"accept A n=2": {"methods": []}})
