@@ -26,7 +26,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
-from specbound.bounds import optimal_acceptance, optimal_acceptance_lp
+from specbound.drafts import optimal_acceptance, optimal_acceptance_lp
 
 QWEN_VOCAB = 151_936
 TARGETS_MS = {"with_replacement": 15.0, "without_replacement": 300.0, "greedy": None}

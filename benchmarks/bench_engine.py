@@ -35,10 +35,10 @@ from tqdm import tqdm
 
 from specbound.datasets import load_prompts
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
-from specbound.engine.chat import encode_prompt, stop_token_ids
+from specbound.models.chat import encode_prompt, stop_token_ids
 from specbound.engine.methods import build_method
 from specbound.drafts import get_draft_scheme
-from specbound.models import check_shared_vocabulary, load_model
+from specbound.models.loading import check_shared_vocabulary, load_model
 from specbound.verifiers import get_verifier
 
 DEFAULT_OURS = "chain:gamma=2,chain:gamma=3,tree:num_drafts=2:depth=2,batch:num_drafts=2:gamma=2"

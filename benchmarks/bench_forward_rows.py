@@ -30,7 +30,7 @@ import time
 import torch
 
 from specbound.engine import CausalLM
-from specbound.models import load_model
+from specbound.models.loading import load_model
 
 ROWS = (1, 2, 4, 8, 16)
 PROMPT_TOKENS = 200

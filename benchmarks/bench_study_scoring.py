@@ -21,8 +21,8 @@ import torch
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
 from specbound.studies import traces
-from specbound.studies.acceptance import METHODS, method_acceptance
-from specbound.studies.pair import load_pair
+from specbound.studies.acceptance import acceptance_methods, method_acceptance
+from specbound.models.pair import load_pair
 
 NEW_TOKENS = 128
 
@@ -53,7 +53,7 @@ def main() -> None:
     for name in ("target", "draft"):
         fast, slow = scoring[(name, torch.float32)], scoring[(name, torch.bfloat16)]
         print(f"{name}: bfloat16 / float32 scoring time: {slow[0] / fast[0]:.2f} (wall), {slow[1] / fast[1]:.2f} (CPU)")
-    for method in METHODS:
+    for method in acceptance_methods():
         values, wall, cpu = timed(lambda: method_acceptance(method, target_rows, draft_rows, 3))
         print(f"{method:28s} n=3: {1000 * wall / NEW_TOKENS:8.1f} ms/row wall, {1000 * cpu / NEW_TOKENS:8.1f} ms/row CPU"
               f"  (mean acceptance {np.mean(values):.4f})")

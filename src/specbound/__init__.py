@@ -1,6 +1,6 @@
 """specbound: speculative decoding with its theory built in.
 
-Convention everywhere (SPEC §0): *target* = the large model's distribution p,
+Convention everywhere (SPEC.md §0): *target* = the large model's distribution p,
 *draft* = the small model's distribution q.
 """
 

@@ -1,13 +1,22 @@
-"""Checked probability vectors and the few operations every verifier shares.
+"""Checked probability vectors and the few operations every layer shares, numpy and torch.
 
-Convention (SPEC §0): the *target* distribution p comes from the large model, the
+Convention (SPEC.md §0): the *target* distribution p comes from the large model, the
 *draft* distribution q from the small one. Arrays are batched, batch first:
 ``[batch, vocab]``. A single vector ``[vocab]`` is accepted and promoted to a batch of 1.
+
+Numerics kept in one place:
+- a complement 1 − q(x) next to a dominant token is summed from the other tokens
+  (``mass_of_the_others``): a peaked row can store q(top) = 1.0 beside tokens of 1e-17,
+  where 1.0 − q(top) would be 0;
+- a residual with no mass is never divided by (``ZeroResidualError``);
+- samplers draw by inverse CDF from one uniform per row, the numpy and the torch version
+  alike, so the two can be compared draw for draw.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 SUM_TOLERANCE = 1e-6
 
@@ -21,16 +30,20 @@ class ZeroResidualError(ArithmeticError):
     """
 
 
+# -- checked inputs ----------------------------------------------------------------------
 def as_distributions(name: str, probs, vocab_size: int | None = None) -> np.ndarray:
     """Return ``probs`` as float64 ``[batch, vocab]``, or raise ValueError naming ``name``.
 
     Rejects NaN/inf, negative entries, rows not summing to 1 within ``SUM_TOLERANCE``
     and, when ``vocab_size`` is given, a different vocabulary size.
     """
-    array = np.asarray(probs, dtype=np.float64)
+    try:
+        array = np.asarray(probs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected numbers of shape [batch, vocab] or [vocab]") from None
     if array.ndim == 1:
         array = array[None, :]
-    if array.ndim != 2 or array.shape[1] == 0:
+    if array.ndim != 2 or array.shape[1] == 0 or array.shape[0] == 0:
         raise ValueError(f"{name}: expected shape [batch, vocab] or [vocab], got {array.shape}")
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name}: contains NaN or infinite values")
@@ -86,14 +99,40 @@ def as_draft_tokens(draft_tokens, batch: int, vocab_size: int) -> np.ndarray:
     return tokens.astype(np.int64)
 
 
+# -- elementary operations ---------------------------------------------------------------
 def support_size(probs: np.ndarray) -> np.ndarray:
     """Number of tokens with positive probability per row.  # [batch, vocab] -> [batch]"""
     return np.count_nonzero(probs > 0, axis=1)
 
 
-def total_variation(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
-    """TV = Σ max(0, q − p) = ½ Σ |p − q| per row.  # [batch, vocab] x2 -> [batch]"""
-    return 0.5 * np.abs(target_probs - draft_probs).sum(axis=-1)
+def total_variation(target_probs, draft_probs) -> np.ndarray:
+    """TV = ½ Σ |p − q| along the last axis, any leading shape.  # [..., vocab] x2 -> [...]"""
+    return 0.5 * np.abs(np.asarray(target_probs) - np.asarray(draft_probs)).sum(axis=-1)
+
+
+def take(probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """probs[b, tokens[b]] for a column of tokens.  # [batch, vocab], [batch] -> [batch]"""
+    return np.take_along_axis(probs, tokens[:, None], axis=-1)[:, 0]
+
+
+def zeroed(probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Copy of ``probs`` with ``tokens`` [batch, k] set to zero (not renormalised)."""
+    out = probs.copy()
+    np.put_along_axis(out, tokens, 0.0, axis=-1)
+    return out
+
+
+def mass_of_the_others(probs: np.ndarray) -> np.ndarray:
+    """For every token x, the mass of the other tokens of its row, Σ_{y≠x} q(y) — 1 − q(x)
+    for a distribution. The row's largest token takes the explicit sum of the others, where
+    the difference would cancel (q = 1 − 1e-9 leaves 1e-9 with 1e-7 relative error, a row
+    storing q = 1.0 beside 1e-17 tokens leaves 0); at most one token exceeds half the mass,
+    so every other difference is exact to rounding.  # [batch, vocab] -> [batch, vocab]"""
+    probs = np.atleast_2d(probs)
+    others = probs.sum(axis=1, keepdims=True) - probs
+    largest = np.argmax(probs, axis=1)[:, None]
+    np.put_along_axis(others, largest, zeroed(probs, largest).sum(axis=1, keepdims=True), axis=1)
+    return others
 
 
 def normalize_mass(mass: np.ndarray, what: str = "residual") -> np.ndarray:
@@ -107,7 +146,7 @@ def normalize_mass(mass: np.ndarray, what: str = "residual") -> np.ndarray:
 
 
 def residual(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
-    """norm((p − q)+), the law of the token emitted after a rejection (SPEC §1)."""
+    """norm((p − q)+), the law of the token emitted after a rejection (SPEC.md §1)."""
     return normalize_mass(np.maximum(target_probs - draft_probs, 0.0))
 
 
@@ -124,3 +163,47 @@ def sample_from(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
     index = (cumulative <= (uniforms * totals)[:, None]).sum(axis=-1)
     last_positive = probs.shape[-1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)
     return np.minimum(index, last_positive)
+
+
+def top_tokens(draft_probs, count: int):
+    """The ``count`` most probable tokens per row, most probable first, ties to the lower
+    id, in O(V): top-k finds the count-th largest value, ties at it are filled in id
+    order. Takes and returns numpy arrays or torch tensors alike (one implementation:
+    a numpy row is viewed as a tensor without a copy).  # [batch, vocab] -> [batch, count]"""
+    if isinstance(draft_probs, np.ndarray):
+        return top_tokens(torch.from_numpy(np.ascontiguousarray(draft_probs)), count).numpy()
+    if count == 0:
+        return torch.zeros((draft_probs.shape[0], 0), dtype=torch.long, device=draft_probs.device)
+    kth = torch.topk(draft_probs, count, dim=-1).values[:, -1:]
+    above, tied = draft_probs > kth, draft_probs == kth
+    needed = count - above.sum(dim=-1, keepdim=True)
+    chosen = above | (tied & (torch.cumsum(tied, dim=-1) <= needed))
+    tokens = torch.nonzero(chosen)[:, 1].view(-1, count)  # id order within each row
+    order = torch.sort(draft_probs.gather(1, tokens), dim=-1, descending=True, stable=True).indices
+    return tokens.gather(1, order)
+
+
+# -- torch twins -------------------------------------------------------------------------
+def sample_from_torch(weights, uniforms, needed=None):
+    """Inverse-CDF sample per row from non-negative weights (``sample_from``'s twin);
+    zero-weight tokens are never chosen. Rows where ``needed`` is False may have zero
+    mass and return an arbitrary token.
+    # weights [batch, vocab], uniforms [batch], needed [batch] bool -> [batch] long"""
+    cumulative = torch.cumsum(weights, dim=-1)
+    totals = cumulative[:, -1]
+    empty = totals <= 0
+    if bool(torch.any(empty if needed is None else needed & empty)):
+        raise ZeroResidualError("residual distribution has zero mass; a correct verifier never samples it")
+    index = torch.searchsorted(cumulative, (uniforms.to(cumulative.dtype) * totals)[:, None], right=True)[:, 0]
+    vocab = weights.shape[-1]
+    last_positive = vocab - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.uint8), dim=-1)
+    return torch.minimum(index, last_positive)
+
+
+def normalize_mass_torch(mass, rows):
+    """Renormalise ``mass`` rows (``normalize_mass``'s twin); rows outside ``rows`` are
+    left as they are, never divided by zero.  # [batch, vocab], [batch] bool -> [batch, vocab]"""
+    totals = mass.sum(dim=-1, keepdim=True)
+    if bool(torch.any(rows & (totals[:, 0] <= 0))):
+        raise ZeroResidualError("residual distribution has zero mass; a correct verifier never samples it")
+    return mass / torch.where(totals > 0, totals, torch.ones_like(totals))

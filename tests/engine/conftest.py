@@ -1,18 +1,8 @@
-"""Engine test fixtures: tiny models (see ``engine_fixtures``), one torch thread."""
+"""Engine test fixtures: tiny models (see ``engine_fixtures``)."""
 
 import pytest
-import torch
 
 from engine_fixtures import noisy_copy, tiny_model
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ PROMPT = "Write a Python function that checks whether a number is prime."
 
 @pytest.fixture(scope="module")
 def pair():
-    from specbound.gguf_assets import ModelPackageMissingError
-    from specbound.models import check_shared_vocabulary, load_model
+    from specbound.models.gguf import ModelPackageMissingError
+    from specbound.models.loading import check_shared_vocabulary, load_model
 
     try:
         target = load_model("default-target", progress=False)
@@ -29,7 +29,7 @@ def pair():
 
 def make_decoder(pair, temperature):
     from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
-    from specbound.engine.chat import stop_token_ids
+    from specbound.models.chat import stop_token_ids
 
     target, draft, vocab_size = pair
     processing = Processing(temperature, vocab_size=vocab_size)
@@ -64,7 +64,7 @@ def test_real_tree_forward_equals_separate_forwards(pair):
     ],
 )
 def test_methods_run_and_repeat_on_the_default_pair(pair, name, options):
-    from specbound.engine.chat import encode_prompt
+    from specbound.models.chat import encode_prompt
     from specbound.engine.methods import build_method
 
     decoder = make_decoder(pair, temperature=0.7)
@@ -77,7 +77,7 @@ def test_methods_run_and_repeat_on_the_default_pair(pair, name, options):
 
 
 def test_greedy_chain_matches_greedy_autoregressive(pair):
-    from specbound.engine.chat import encode_prompt
+    from specbound.models.chat import encode_prompt
     from specbound.engine.methods import build_method
 
     decoder = make_decoder(pair, temperature=0)

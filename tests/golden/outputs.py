@@ -148,6 +148,7 @@ def engine_outputs() -> dict:
 
 def study_outputs() -> dict:
     """Records (positions and runs, timings left out) of each study on the tiny pair."""
+    sys.path.insert(0, str(HERE.parent / "studies"))
     sys.path.insert(0, str(HERE.parent))
     from study_fixtures import tiny_pair, tiny_prompts
 

@@ -1,4 +1,4 @@
-"""The decoding engine: speculative decoding of transformers causal LMs (SPEC §6).
+"""The decoding engine: speculative decoding of transformers causal LMs (SPEC.md §6).
 
 Data flows one way: model logits → ``Processing`` (shared by target and draft) → a
 drafter's tree (``drafters``) → one target call (``lm``) → the registry's verifiers

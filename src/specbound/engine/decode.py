@@ -1,6 +1,6 @@
 """The decoding loop: draft a tree, score it with one target call, walk it with verifiers.
 
-One step (SPEC §6):
+One step (SPEC.md §6):
 1. the drafter builds a draft tree below the last committed token (the root), its depth
    cut so that the step cannot pass ``max_new_tokens``;
 2. one target forward scores the target's pending tokens and every tree node (tree

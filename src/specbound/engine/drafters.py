@@ -1,4 +1,4 @@
-"""Drafters: build the draft tree of one decoding step (SPEC §6).
+"""Drafters: build the draft tree of one decoding step (SPEC.md §6).
 
 A draft tree's node 0 is the **root**, the last committed token; every other node is a
 drafted token. An **internal** node carries the draft law q(·|node's prefix) it was
@@ -10,9 +10,9 @@ drafted copies and the walk stays lossless; sharing only saves forwards.
 
 Two drafters:
 - ``ModelDrafter``: a draft language model; each level of the tree is scored by one
-  tree-attention forward and expanded by a draft scheme (SPEC §4.1).
+  tree-attention forward and expanded by a draft scheme (SPEC.md §4.1).
 - ``PromptLookupDrafter``: copies the continuation of the latest earlier occurrence of
-  the context's last n-gram; its draft law is a point mass (deterministic drafts, SPEC §6).
+  the context's last n-gram; its draft law is a point mass (deterministic drafts, SPEC.md §6).
 """
 
 from __future__ import annotations
@@ -71,20 +71,13 @@ class DraftTree:
 def draw_drafts(
     level: DraftLevel, draft_probs: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
-    """``level.num_drafts`` tokens from one node's draft law with ``level.scheme``.
-
-    Schemes that draw distinct tokens take at most as many drafts as the law has tokens
-    of positive probability (at temperature 0 that is one): the count is a function of
-    q alone, so every verifier stays lossless with it.
+    """``level.num_drafts`` tokens from one node's draft law with ``level.scheme``, as many
+    as the law allows (``DraftScheme.effective_num_drafts``, ``for_num_drafts``).
     # draft_probs [vocab] -> [num_drafts'] long
     """
     scheme = get_draft_scheme(level.scheme)
-    num_drafts = level.num_drafts
-    if scheme.needs_distinct_support:
-        num_drafts = min(num_drafts, int((draft_probs > 0).sum()))
-    if num_drafts == 1:
-        scheme = get_draft_scheme("with_replacement")  # one draw from q, for every scheme
-    return scheme.sample_torch(draft_probs[None], num_drafts, generator)[0]
+    num_drafts = scheme.effective_num_drafts(level.num_drafts, int((draft_probs > 0).sum()))
+    return scheme.for_num_drafts(num_drafts).sample_torch(draft_probs[None], num_drafts, generator)[0]
 
 
 class ModelDrafter:
@@ -152,7 +145,7 @@ class PromptLookupDrafter:
     last n tokens (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that
     followed it. The proposal is a function of the context, so the draft law at every node
     is a point mass: accept x with probability p(x), else emit from p with x removed
-    (SPEC §6) — lossless. Chains only; no match means a step without drafts.
+    (SPEC.md §6) — lossless. Chains only; no match means a step without drafts.
     """
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):

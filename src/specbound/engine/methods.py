@@ -25,6 +25,7 @@ import inspect
 from dataclasses import dataclass
 
 from specbound.engine.drafters import DraftLevel
+from specbound.checks import positive_int
 from specbound.verifiers import Verifier, get_verifier
 
 
@@ -60,22 +61,9 @@ class Method:
         ]
 
     def verifier_at(self, depth: int, num_drafts: int) -> Verifier:
-        """The verifier for a node at ``depth`` that got ``num_drafts`` drafts.
-
-        A node gets fewer drafts than planned only when its draft law has fewer tokens
-        than a distinct-token scheme needs; with one draft, a verifier fixed to another
-        count (SpecHub) hands over to single-draft speculative sampling.
-        """
-        verifier = self.verifiers[depth]
-        if verifier.fixed_num_drafts not in (None, num_drafts) and num_drafts == 1:
-            return get_verifier("single")
-        return verifier
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return value
+        """The verifier for a node at ``depth`` that got ``num_drafts`` drafts
+        (``Verifier.for_num_drafts``)."""
+        return self.verifiers[depth].for_num_drafts(num_drafts)
 
 
 def autoregressive() -> Method:
@@ -84,25 +72,25 @@ def autoregressive() -> Method:
 
 
 def _chain(label: str, gamma: int, verifier: Verifier) -> Method:
-    gamma = _positive("gamma", gamma)
+    gamma = positive_int("gamma", gamma)
     return Method(label, (1,) * gamma, (verifier,) * gamma)
 
 
 def chain(gamma: int = 3) -> Method:
-    """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC §6)."""
+    """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC.md §6)."""
     return _chain(f"chain γ={gamma}", gamma, get_verifier("single"))
 
 
 def tree(num_drafts: int = 2, depth: int = 2, verifier: str = "rrs_without_replacement") -> Method:
     """``num_drafts`` children per node from the verifier's draft scheme, ``depth`` levels."""
     chosen = get_verifier(verifier)
-    branching = (_positive("num_drafts", num_drafts),) * _positive("depth", depth)
+    branching = (positive_int("num_drafts", num_drafts),) * positive_int("depth", depth)
     return Method(f"tree {num_drafts}×{depth} {verifier}", branching, (chosen,) * depth)
 
 
 def batch(num_drafts: int = 2, gamma: int = 3) -> Method:
     """[YIN] batch speculative decoding: M roots by RRS, then one chain of γ − 1."""
-    branching = (_positive("num_drafts", num_drafts),) + (1,) * (_positive("gamma", gamma) - 1)
+    branching = (positive_int("num_drafts", num_drafts),) + (1,) * (positive_int("gamma", gamma) - 1)
     verifiers = (get_verifier("rrs"),) + (get_verifier("single"),) * (gamma - 1)
     return Method(f"batch M={num_drafts} γ={gamma}", branching, verifiers)
 

@@ -1,4 +1,4 @@
-"""Logits → probabilities: the one place it happens, shared by target and draft (SPEC §0).
+"""Logits → probabilities: the one place it happens, shared by target and draft (SPEC.md §0).
 
 The verifiers are lossless only if the draft probability they are given is exactly the law
 the draft token was drawn from, and if target and draft went through the same processing.
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbound.verifiers_torch import sample_from_torch
+from specbound.probability import sample_from_torch
 
 # float32: on a 150k vocabulary the per-node softmax and verifier ops cost about half of
 # float64's, and a row's sum is still within 1e-6 of 1 (the verifiers' tolerance).
@@ -100,4 +100,4 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator) -> torch.Tens
     150k vocabulary several times faster than ``torch.multinomial``).
     # [rows, vocab] -> [rows] int64"""
     uniforms = torch.rand(probs.shape[0], generator=generator, dtype=probs.dtype, device=probs.device)
-    return sample_from_torch(probs, uniforms, torch.ones_like(uniforms, dtype=torch.bool))
+    return sample_from_torch(probs, uniforms)

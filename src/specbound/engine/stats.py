@@ -1,4 +1,4 @@
-"""What one decoding run measured: counts, acceptance and wall-clock per phase (SPEC §6).
+"""What one decoding run measured: counts, acceptance and wall-clock per phase (SPEC.md §6).
 
 Vocabulary: a **step** is one round of draft → one target call → verification. It emits
 the accepted draft tokens plus one more token: a **residual** token after a rejection

@@ -20,19 +20,24 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from specbound import arguments
+from specbound.checks import positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
 from specbound.engine.methods import Method, batch, chain
+from specbound.models.pair import ModelPair
+from specbound.plots.studies import plot_rejections
 from specbound.probability import total_variation
-from specbound.studies.pair import ModelPair
+from specbound.statistics import mean_and_standard_error
+from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
+from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import StudyResults
-from specbound.studies.runner import Unit, UnitOutput
-from specbound.studies.statistics import mean_over_prompts
 from specbound.studies.trace_theory import trace_expected_cost
 from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
 
@@ -65,13 +70,14 @@ def decoding_configs(lookaheads, batch_sizes, batch_lookahead) -> list[DecodingC
 def _lookahead(value) -> int | None:
     if value is None or value == math.inf:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"lookahead: expected a positive integer or None (K = ∞), got {value!r}")
-    return value
+    return positive_int("lookahead", value)
 
 
-class RejectionsStudy:
+@register_study
+class RejectionsStudy(Study):
     name = "rejections"
+    help = "predicted vs measured rejections along real text [YIN]"
+    order = 1
 
     def __init__(
         self,
@@ -83,15 +89,27 @@ class RejectionsStudy:
         top_k: int | None = None,
         top_p: float | None = None,
     ):
-        for size in batch_sizes:
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"batch_sizes: expected positive integers, got {size!r}")
+        batch_sizes = [positive_int("batch_sizes", size) for size in batch_sizes]
         self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.max_new_tokens = max_new_tokens
         self.configs = decoding_configs(
             [_lookahead(value) for value in lookaheads], list(batch_sizes), _lookahead(batch_lookahead)
         )
         self.top_k, self.top_p = top_k, top_p
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--lookaheads", type=arguments.comma_list(arguments.lookahead), default=[None, 2, 4, 8],
+                            help="single-draft lookaheads γ, 'inf' = to the horizon (default inf,2,4,8)")
+        parser.add_argument("--batch-sizes", type=arguments.comma_list(int), default=[1, 2, 4, 8],
+                            help="batch SD draft counts M (default 1,2,4,8)")
+        parser.add_argument("--batch-lookahead", type=arguments.lookahead, default=None,
+                            help="lookahead of the batch runs (default inf, the paper's K = ∞; costly)")
+
+    @classmethod
+    def from_arguments(cls, args, generation: dict) -> RejectionsStudy:
+        return cls(lookaheads=args.lookaheads, batch_sizes=args.batch_sizes,
+                   batch_lookahead=args.batch_lookahead, **generation)
 
     def settings(self) -> dict:
         return {
@@ -104,16 +122,7 @@ class RejectionsStudy:
         }
 
     def units(self, prompts: list[Prompt]) -> list[Unit]:
-        return [
-            Unit(
-                f"{prompt.id}|T={temperature:g}|{config.label}",
-                prompt,
-                {"temperature": temperature, "config": config},
-            )
-            for temperature in self.temperatures
-            for config in self.configs
-            for prompt in prompts
-        ]
+        return setting_units(prompts, self.temperatures, self.configs)
 
     def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
         temperature, config = unit.config["temperature"], unit.config["config"]
@@ -161,6 +170,14 @@ class RejectionsStudy:
         }
         return UnitOutput(positions, run, seconds)
 
+    @staticmethod
+    def summary_tables(results) -> list:
+        return [("rejections per sequence: measured vs predicted (± s.e. over prompts)", rejections_table(results))]
+
+    @staticmethod
+    def report_section(results: StudyResults, figure_dir: Path) -> list:
+        return rejections_report(results, figure_dir)
+
 
 def _ratio(tokens: float, count: float) -> float:
     """T / E[N_rej], infinite when nothing was rejected."""
@@ -189,15 +206,69 @@ def rejections_summary(results: StudyResults) -> list[dict]:
             "lookahead": runs[0]["lookahead"],
             "prompts": len(runs),
             "horizon": horizon / len(runs),
-            "measured_rejections": mean_over_prompts(measured),
-            "predicted_rejections": mean_over_prompts(predicted),
-            "theorem_rejections": mean_over_prompts(theorem),
-            "difference": mean_over_prompts(np.subtract(measured, predicted)),
-            "measured_calls": mean_over_prompts(measured_calls),
-            "predicted_calls": mean_over_prompts(predicted_calls),
+            "measured_rejections": mean_and_standard_error(measured),
+            "predicted_rejections": mean_and_standard_error(predicted),
+            "theorem_rejections": mean_and_standard_error(theorem),
+            "difference": mean_and_standard_error(np.subtract(measured, predicted)),
+            "measured_calls": mean_and_standard_error(measured_calls),
+            "predicted_calls": mean_and_standard_error(predicted_calls),
             "measured_acceleration": _ratio(horizon, sum(measured)),
             "theorem_acceleration": _ratio(horizon, sum(theorem)),
             "measured_tokens_per_call": horizon / sum(measured_calls),
             "predicted_tokens_per_call": horizon / sum(predicted_calls),
         })
     return summary
+
+
+def rejections_table(results: StudyResults) -> tuple[list[str], list[list]]:
+    headers = [
+        "T", "config", "prompts", "measured N_rej", "predicted N_rej", "measured − predicted",
+        "Thm 1/3 (K=∞)", "T/N_rej measured", "T/N_rej Thm", "tokens/call measured", "tokens/call predicted",
+    ]
+    rows = [
+        [
+            f"{row['temperature']:g}", row["config"], str(row["prompts"]),
+            estimate(row["measured_rejections"], 2), estimate(row["predicted_rejections"], 2),
+            estimate(row["difference"], 2), estimate(row["theorem_rejections"], 2),
+            estimate(row["measured_acceleration"], 2), estimate(row["theorem_acceleration"], 2),
+            estimate(row["measured_tokens_per_call"], 2), estimate(row["predicted_tokens_per_call"], 2),
+        ]
+        for row in rejections_summary(results)
+    ]
+    return headers, rows
+
+
+def rejections_report(results: StudyResults, figure_dir: Path) -> list:
+    dataset = results.settings["dataset"]
+    summary = rejections_summary(results)
+    blocks = [
+        Heading(2, f"Theory vs practice: rejections ({dataset}; Yin et al., SPEC.md §1–§3)"),
+        Paragraph(
+            "Each configuration (M drafts at the root, lookahead γ; γ = ∞ drafts to the horizon, the paper's K = ∞) "
+            "generates a fixed horizon of T tokens with the engine. Measured: the engine's rejections (steps that "
+            "ended with a residual token) and target calls. Predicted: along the very same trace, the exact "
+            "conditional expectation of the rejections for the engine's rounds (`studies.trace_theory`) — an "
+            "unbiased estimate, so measured − predicted should be 0 within its standard error. Thm 1 / Thm 3: the "
+            "papers' K = ∞ formula along the trace (for M = 1 it is Σ_t TV(p_t, q_t)); T / N_rej is the paper's "
+            "acceleration. Means over prompts ± one standard error."
+        ),
+        Table(*rejections_table(results)),
+    ]
+    for temperature in results.settings["temperatures"]:
+        rows = [row for row in summary if row["temperature"] == temperature]
+        if not rows:
+            continue
+        path = figure_dir / f"rejections_{slug(dataset)}_T{temperature:g}.png"
+        plot_rejections(
+            [row["config"] for row in rows],
+            _columns(rows, "measured_rejections"), _columns(rows, "predicted_rejections"),
+            _columns(rows, "theorem_rejections"), rows[0]["horizon"], path,
+            f"{dataset}, T = {temperature:g}: rejections per sequence",
+        )
+        blocks.append(Image(f"{path.parent.name}/{path.name}",
+                            f"{dataset}, temperature {temperature:g}: measured vs predicted rejections (±2 s.e.)"))
+    return blocks
+
+
+def _columns(rows, key):
+    return [row[key][0] for row in rows], [row[key][1] for row in rows]

@@ -2,49 +2,25 @@
 
 A **unit** is one engine generation for one prompt at one setting (a temperature, a
 method); a study says which units it has (``Study.units``) and turns one unit into its
-records (``Study.run_unit``). The runner skips the units already on disk, seeds each
-unit's ``torch.Generator`` from the study seed and the unit key (``records.unit_seed``),
-shows a progress bar with an ETA on stderr, and appends each finished unit.
+records (``Study.run_unit``, ``specbound.studies.base``). The runner skips the units
+already on disk, seeds each unit's ``torch.Generator`` from the study seed and the unit
+key (``records.unit_seed``), shows a progress bar with an ETA on stderr, and appends each
+finished unit.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 from tqdm import tqdm
 
 from specbound.datasets import Prompt
-from specbound.studies.pair import ModelPair
+from specbound.models.pair import ModelPair
+from specbound.studies.base import Study
 from specbound.studies.records import ResultsStore, StudyResults, read_results, unit_seed
 from specbound.studies.traces import SCORING_DTYPE
-
-
-@dataclass(frozen=True)
-class Unit:
-    key: str  # unique within the study, e.g. "HumanEval/0|T=0.7"
-    prompt: Prompt
-    config: dict  # the unit's setting (temperature, decoding configuration, ...)
-
-
-@dataclass
-class UnitOutput:
-    positions: list[dict]  # one record per (position, ...) of the generation
-    run: dict  # the generation's summary: tokens, engine counts, per-sequence totals
-    seconds: dict = field(default_factory=dict)  # wall-clock by phase
-
-
-class Study(Protocol):
-    name: str
-
-    def settings(self) -> dict: ...
-
-    def units(self, prompts: list[Prompt]) -> list[Unit]: ...
-
-    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput: ...
 
 
 def run_study(

@@ -1,4 +1,4 @@
-"""Yin et al.'s expected decoding cost, evaluated along one real generation (SPEC §1-§2).
+"""Yin et al.'s expected decoding cost, evaluated along one real generation (SPEC.md §1-§2).
 
 [YIN] Thm 1 and Thm 3 are expectations over target-distributed prefixes,
 E[N_rej] = Σ_t E_{x<t ~ target}[·]. A language model's prefixes cannot be summed over, but a
@@ -11,21 +11,21 @@ x<t), the conditional law of the round state given the text so far, and sums
 e_t = E[rejection at t | x<t]. With a round started at s drafting d(s) tokens (its depth;
 M i.i.d. drafts at the root, one chain after it, [YIN] Alg. 4), position t = s + k is
 - the root (k = 0 < d): all M root drafts rejected with probability Π_m r_m (r_m = TV(p^m, q)
-  on the residual chain, ``chain_theory.unaccepted_root_mass``);
+  on the residual chain, ``chains.theory.unaccepted_root_mass``);
 - a drafted position (0 < k < d): rejected with probability TV(p_t, q_t);
 - the bonus (k = d): sampled from p, never rejected.
 The realised token y = x_t then updates ψ by Bayes: from a root the next position starts a
 new round with joint weight U_t(y) (the unaccepted root mass at y) and continues with
 p_t(y) − U_t(y); from a drafted position (p − q)+(y) and min(p, q)(y); a bonus always ends
 the round, weight p_t(y); dividing by p_t(y) conditions on y. This is the forward pass of
-``chain_theory.lookahead_expected_cost`` restricted to one trace, so Σ_t e_t is an unbiased
+``chains.theory.lookahead_expected_cost`` restricted to one trace, so Σ_t e_t is an unbiased
 estimate of E[N_rej] and Σ_t ψ_t(t) one of E[target calls]; summed over all traces weighted
 by their probability it *equals* the chain-theory value (tested by enumeration).
 
 Depth of a round started at s, horizon T, lookahead γ (None: K = ∞):
 - ``last_token_bonus=True`` (the engine, ``specbound.engine.Decoder``): d = min(γ, T − s − 1),
   so the horizon's last token can be a bonus;
-- ``last_token_bonus=False`` (``chain_theory``, [YIN]): d = min(γ, T − s); with K = ∞ every
+- ``last_token_bonus=False`` (``chains.theory``, [YIN]): d = min(γ, T − s); with K = ∞ every
   position is verified and Σ_t e_t is Thm 3 along the trace (Thm 1 for M = 1: Σ_t TV_t).
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbound.chain_theory import check_lookahead, check_num_drafts, unaccepted_root_mass
+from specbound.chains.theory import check_lookahead, check_num_drafts, unaccepted_root_mass
 from specbound.probability import as_target_and_draft
 
 

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specbound.engine import CausalLM, Decoder, Method, ModelDrafter, Processing, RunStats
-from specbound.studies.pair import ModelPair
+from specbound.checks import positive_int
+from specbound.engine import Method, Processing, RunStats
+from specbound.models.pair import ModelPair
 
 SCORING_DTYPE = torch.float32
 
@@ -56,11 +57,7 @@ def generate_trace(
 ) -> Trace:
     """One engine generation. ``stop_at_eos=False`` always runs to ``max_new_tokens`` (a
     fixed horizon T, as [YIN]'s Thm 1 and Thm 3 assume)."""
-    draft_lm = CausalLM(pair.draft, prefill_model=pair.draft_twin)
-    drafter = ModelDrafter(draft_lm, processing) if method.depth > 0 else None
-    eos_token_ids = pair.eos_token_ids if stop_at_eos else ()
-    target_lm = CausalLM(pair.target, prefill_model=pair.target_twin)
-    decoder = Decoder(target_lm, drafter, processing, eos_token_ids=eos_token_ids)
+    decoder = pair.decoder(processing, "model" if method.depth > 0 else None, stop_at_eos=stop_at_eos)
     generation = decoder.generate(prompt_ids, method, max_new_tokens, generator, record_target_probs=True)
     return Trace(
         list(prompt_ids), generation.tokens, generation.finish_reason, generation.stats,
@@ -122,8 +119,7 @@ def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[
 def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> list[float]:
     """Check a study's generation settings before anything runs; return the temperatures
     as floats. Raises ValueError naming the bad setting."""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
+    positive_int("max_new_tokens", max_new_tokens)
     temperatures = [float(value) for value in temperatures]
     if not temperatures:
         raise ValueError("temperatures: expected at least one temperature")

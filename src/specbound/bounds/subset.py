@@ -1,0 +1,123 @@
+"""Subset selection: α* = 1 + min_H [p(H) − Q(H)] and its certificate H* (SPEC.md §4.2, [HU]).
+
+Convention (SPEC.md §0): p is the target distribution, q the draft distribution, D the
+joint law of the n draft tokens x̄ = (x1..xn) under a draft scheme (SPEC.md §4.1), and
+Q(H) = P_{x̄~D}(all n drafts ∈ H).
+
+Dualising the coupling LP (``specbound.bounds.coupling``) and using its total
+unimodularity gives [HU]'s subset-selection formula. Two ways to evaluate it live here,
+both generic in the draft law (each draft scheme says how to compute its Q):
+- ``bruteforce_optimum``: all 2^V subsets, from an enumerated joint law (tiny V only);
+- ``prefix_scan_optimum``: by q-convexity [HU] the minimum is attained on a prefix of the
+  tokens sorted by p/q ascending (``scan_order``), so only the V + 1 prefixes are checked,
+  given Q on every prefix: O(V log V), batched, at real vocabulary sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_BRUTEFORCE_VOCAB = 16
+MAX_BRUTEFORCE_ENTRIES = 20_000_000  # 2^V subsets x K draft tuples
+SCAN_ROW_BLOCK = 4  # rows scanned together: larger blocks fall out of cache at V ~ 150k
+
+
+@dataclass(frozen=True)
+class OptimalAcceptance:
+    """α* per row and a subset H* attaining the minimum of p(H) − Q(H).
+
+    H* is the certificate: every lossless verifier under this draft scheme loses at least
+    Q(H*) − p(H*) acceptance, because drafts fall entirely inside H* more often (Q) than
+    the target can emit a token of H* (p). When several subsets attain the minimum, each
+    function says which one it returns.
+    """
+
+    acceptance: np.ndarray  # [batch]
+    optimal_subset: np.ndarray  # [batch, vocab] bool
+
+
+def bruteforce_optimum(target_row: np.ndarray, draft_tuples, tuple_probs) -> tuple[float, np.ndarray]:
+    """α* = 1 + min over all 2^V subsets H of [p(H) − Q(H)], Q from an enumerated joint law.
+
+    Exponential in V: for tests and tiny vocabularies (V ≤ ``MAX_BRUTEFORCE_VOCAB``).
+    Among minimisers, H* is the one whose bitmask Σ_{y∈H} 2^y is smallest.
+    # target_row [vocab], draft_tuples [K, n], tuple_probs [K] -> α*, H* [vocab] bool
+    """
+    vocab_size = target_row.shape[0]
+    if vocab_size > MAX_BRUTEFORCE_VOCAB:
+        raise ValueError(
+            f"target_probs: brute force enumerates 2^V subsets; V = {vocab_size} exceeds "
+            f"{MAX_BRUTEFORCE_VOCAB}"
+        )
+    subsets = np.arange(2**vocab_size, dtype=np.int64)  # bit y set <=> token y ∈ H
+    members = (subsets[:, None] >> np.arange(vocab_size)) & 1  # [2^V, vocab]
+    if subsets.size * len(draft_tuples) > MAX_BRUTEFORCE_ENTRIES:
+        raise ValueError(
+            f"num_drafts: 2^{vocab_size} subsets x {len(draft_tuples)} draft tuples exceeds "
+            f"{MAX_BRUTEFORCE_ENTRIES:,} entries"
+        )
+    tuple_bits = np.bitwise_or.reduce(np.int64(1) << np.asarray(draft_tuples), axis=1)  # [K]
+    all_inside = (tuple_bits[None, :] & ~subsets[:, None]) == 0  # [2^V, K]
+    gap = members @ target_row - all_inside @ tuple_probs  # p(H) − Q(H), [2^V]
+    best = int(np.argmin(gap))
+    return 1.0 + gap[best], members[best].astype(bool)
+
+
+def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
+    """Tokens sorted by p/q ascending: p = 0 < q first (ratio 0), q = 0 last (ratio ∞).
+
+    Tokens with p = q = 0 (ratio NaN) go last too; they change neither p(H) nor Q(H).
+    Equal ratios keep token-id order. For speed the ratio's bit pattern (monotone for
+    non-negative floats, NaN above ∞) has its low bits replaced by the token id and is
+    value-sorted; ratios that this truncation merged are put back in exact order.
+    # [batch, vocab] x2 -> [batch, vocab] int
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = target_probs / draft_probs
+    ratio += 0.0  # turns −0.0 into +0.0
+    ratio_bits = ratio.view(np.uint64)
+    vocab_size = ratio.shape[1]
+    index_mask = np.uint64((1 << max(1, (vocab_size - 1).bit_length())) - 1)
+    keys = np.bitwise_and(ratio_bits, ~index_mask)  # in place below: fresh arrays are slow
+    np.bitwise_or(keys, np.arange(vocab_size, dtype=np.uint64), out=keys)
+    keys.sort(axis=1)
+    np.bitwise_and(keys, index_mask, out=keys)
+    order = keys.view(np.int64)  # token ids < 2^63
+    bits_in_order = np.take_along_axis(ratio_bits, order, axis=1)
+    if np.any(bits_in_order[:, 1:] < bits_in_order[:, :-1]):
+        order = np.take_along_axis(order, np.argsort(bits_in_order, axis=1, kind="stable"), axis=1)
+    return order
+
+
+def prefix_sums(values: np.ndarray) -> np.ndarray:
+    """[batch, V] -> [batch, V+1]: column k holds the sum of the first k values."""
+    sums = np.zeros((values.shape[0], values.shape[1] + 1))
+    np.cumsum(values, axis=1, out=sums[:, 1:])
+    return sums
+
+
+def prefix_scan_optimum(
+    target: np.ndarray, draft: np.ndarray, all_in_mass: Callable[[np.ndarray], np.ndarray]
+) -> OptimalAcceptance:
+    """α* = 1 + min_k [p(H_k) − Q(H_k)] over the prefixes H_k of the scan order, and
+    H* = the shortest minimising prefix. ``all_in_mass`` maps the draft rows permuted into
+    scan order to Q on every prefix (``[rows, vocab] -> [rows, vocab + 1]``); it is the
+    draft scheme's own formula. Rows go in blocks of ``SCAN_ROW_BLOCK``.
+    # target, draft [batch, vocab] (checked) -> OptimalAcceptance ([batch], [batch, vocab])
+    """
+    acceptance, subsets = [], []
+    for start in range(0, target.shape[0], SCAN_ROW_BLOCK):
+        rows = slice(start, start + SCAN_ROW_BLOCK)
+        order = scan_order(target[rows], draft[rows])
+        mass = all_in_mass(np.take_along_axis(draft[rows], order, axis=1))
+        gaps = prefix_sums(np.take_along_axis(target[rows], order, axis=1)) - mass  # [rows, V+1]
+        best = np.argmin(gaps, axis=1)  # first minimiser: the shortest prefix
+        acceptance.append(1.0 + np.take_along_axis(gaps, best[:, None], axis=1)[:, 0])
+        subset = np.zeros(order.shape, dtype=bool)
+        for row, prefix_length in enumerate(best):
+            subset[row, order[row, :prefix_length]] = True
+        subsets.append(subset)
+    return OptimalAcceptance(np.concatenate(acceptance), np.concatenate(subsets))

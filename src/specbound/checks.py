@@ -1,0 +1,36 @@
+"""Argument checks shared by every layer: a bad value raises ValueError naming the argument.
+
+One copy of each rule, so that a message reads the same wherever the value came from
+(a Python call, a command-line option, a settings file).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def positive_int(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int ≥ ``minimum`` (1 by default); bools and non-integers are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected {_integer_phrase(minimum)}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}: expected {_integer_phrase(minimum)}, got {value}")
+    return int(value)
+
+
+def _integer_phrase(minimum: int) -> str:
+    if minimum == 1:
+        return "a positive integer"
+    if minimum == 0:
+        return "a non-negative integer"
+    return f"an integer ≥ {minimum}"
+
+
+def finite_number(name: str, value, low: float = -math.inf, high: float = math.inf) -> float:
+    """``value`` as a float in [low, high]; bools, NaN and infinities are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite number, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name}: expected a number in [{low:g}, {high:g}], got {value!r}")
+    return float(value)

@@ -1,0 +1,171 @@
+"""``specbound run``: decode prompts with several methods side by side on real models.
+
+With no arguments: the embedded default pair (Qwen2.5-Coder 1.5B target, 0.5B draft), four
+built-in instructions, temperature 0.7, methods autoregressive, chain and tree. Prints a
+table (tokens/s, speedup over autoregressive, tokens per target call, acceptance), writes
+one JSONL record per (prompt, method) as it finishes and a PNG plot, and prints the text
+generated for one prompt. Same seed, same tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from specbound.cli.output import format_table
+from specbound.datasets import load_prompts
+from specbound.engine import METHODS, Processing, RunStats, build_method
+from specbound.models import DTYPES
+from specbound.models.pair import load_pair
+from specbound.plots.run import plot_run
+
+DEFAULT_METHODS = "autoregressive,chain,tree"
+
+
+def build_decoder(args):
+    """The model pair (``specbound.models.pair``) and a decoder on it with the run's
+    processing and drafter."""
+    pair = load_pair(args.target, args.draft if args.drafter == "model" else None, DTYPES[args.dtype],
+                     float32_twins=False)
+    processing = Processing(args.temperature, args.top_k, args.top_p, pair.vocab_size)
+    return pair, pair.decoder(processing, args.drafter)
+
+
+def method_options(args) -> dict:
+    return {
+        "gamma": args.gamma,
+        "num_drafts": args.num_drafts,
+        "depth": args.depth,
+        "verifier": args.verifier,
+        "epsilon": args.epsilon,
+    }
+
+
+def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
+    """One row per method over all prompts; speedup is against autoregressive's tokens/s."""
+    baseline = totals.get("autoregressive")
+    rows = []
+    for label, stats in totals.items():
+        speedup = (
+            stats.tokens_per_second / baseline.tokens_per_second
+            if baseline is not None and baseline.tokens_per_second
+            else None
+        )
+        rows.append({
+            "method": label,
+            "tokens": stats.tokens_generated,
+            "tokens_per_second": stats.tokens_per_second,
+            "speedup": speedup,
+            "tokens_per_target_call": stats.tokens_per_target_call,
+            "acceptance": stats.acceptance_rate if stats.attempts_by_position else None,
+            "seconds": stats.seconds,
+        })
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    methods = {}
+    for name in [name.strip() for name in args.methods.split(",") if name.strip()]:
+        method = build_method(name, **method_options(args))
+        methods[method.name] = method
+    prompts = load_prompts(args.prompts, limit=args.limit)
+    if not prompts:
+        raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
+    if not 0 <= args.show < len(prompts):
+        raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    pair, decoder = build_decoder(args)
+    encoded = [pair.encode(prompt.text) for prompt in prompts]
+    warm_up = next(iter(methods.values()))
+    decoder.generate(encoded[0], warm_up, 4, torch.Generator().manual_seed(args.seed))
+
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    results_path = output_dir / "results.jsonl"
+    totals = {label: RunStats() for label in methods}
+    texts = {}
+    with results_path.open("w") as results, tqdm(
+        total=len(prompts) * len(methods), desc="decoding", unit="run", file=sys.stderr
+    ) as progress:
+        for index, (prompt, prompt_ids) in enumerate(zip(prompts, encoded)):
+            for label, method in methods.items():
+                generator = torch.Generator().manual_seed(args.seed + index)
+                generation = decoder.generate(prompt_ids, method, args.max_new_tokens, generator)
+                totals[label] = totals[label].merge(generation.stats)
+                text = pair.decode(generation.tokens, skip_special_tokens=True)
+                if index == args.show:
+                    texts[label] = text
+                record = {
+                    "prompt_id": prompt.id, "method": label, "tokens": generation.tokens,
+                    "text": text, "finish_reason": generation.finish_reason,
+                    **generation.stats.to_dict(),
+                }
+                results.write(json.dumps(record) + "\n")
+                results.flush()
+                progress.update(1)
+
+    rows = summary_rows(totals)
+    plot_path = output_dir / "run.png"
+    plot_run(rows, plot_path)
+    (output_dir / "summary.json").write_text(json.dumps({"options": vars_for_json(args), "methods": rows}, indent=2))
+    print(f"{len(prompts)} prompts, up to {args.max_new_tokens} new tokens, temperature "
+          f"{args.temperature}, seed {args.seed}, drafter {args.drafter}")
+    print(format_table(
+        ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance"],
+        [[row["method"], row["tokens"], row["tokens_per_second"], row["speedup"],
+          row["tokens_per_target_call"], row["acceptance"]] for row in rows],
+    ))
+    print(f"\nresults: {results_path}\nplot: {plot_path}\n")
+    print(f"prompt {prompts[args.show].id}: {prompts[args.show].text}")
+    for label, text in texts.items():
+        print(f"\n--- {label} ---\n{text}")
+    return 0
+
+
+def vars_for_json(args: argparse.Namespace) -> dict:
+    return {key: value for key, value in vars(args).items() if key != "handler"}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="decode prompts on real models with several methods side by side",
+        description="Speculative decoding on real models: autoregressive, chain and tree "
+        "(by default) on the embedded Qwen2.5-Coder pair, with a speed table and a plot.",
+    )
+    models = parser.add_argument_group("models")
+    models.add_argument("--target", default="default-target",
+                        help="embedded model name, .gguf file or Hugging Face directory")
+    models.add_argument("--draft", default="default-draft", help="draft model (same forms)")
+    models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
+                        help="draft with the draft model or by n-gram prompt lookup")
+    models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    data = parser.add_argument_group("prompts")
+    data.add_argument("--prompts", default="instructions",
+                      help="built-in set (instructions, summarize, translate_de_en, humaneval) "
+                      "or a .jsonl/.txt file")
+    data.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
+    data.add_argument("--show", type=int, default=0, help="print the texts of this prompt")
+    decoding = parser.add_argument_group("decoding")
+    decoding.add_argument("--methods", default=DEFAULT_METHODS,
+                          help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS})")
+    decoding.add_argument("--verifier", default=None,
+                          help="multi-draft verifier of the tree method (default rrs_without_replacement)")
+    decoding.add_argument("-n", "--num-drafts", type=int, default=2, help="drafts per node (tree, batch)")
+    decoding.add_argument("--depth", type=int, default=2, help="tree depth")
+    decoding.add_argument("--gamma", type=int, default=3, help="lookahead of chain, batch, decoding_*")
+    decoding.add_argument("--epsilon", type=float, default=None, help="ε of decoding_opt/uno (default 0.1)")
+    decoding.add_argument("--temperature", type=float, default=0.7)
+    decoding.add_argument("--top-k", type=int, default=None)
+    decoding.add_argument("--top-p", type=float, default=None)
+    decoding.add_argument("--seed", type=int, default=0)
+    decoding.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--output-dir", default="specbound-run", help="where results go")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.set_defaults(handler=run)

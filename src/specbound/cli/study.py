@@ -1,0 +1,80 @@
+"""``specbound study NAME``: rerun one of the papers' experiments on a real model pair
+(SPEC.md §5); one subcommand per registered study (``specbound.studies.STUDIES``).
+
+Each run writes ``<out>/<study>/<dataset>/`` (settings, append-only per-position records,
+timings) and resumes there when interrupted; ``specbound report <out>`` renders every study
+found below ``<out>``. A progress bar with an ETA goes to stderr; the summary tables to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specbound import arguments
+from specbound.cli.output import format_table
+from specbound.datasets import DATASETS, load_prompts
+from specbound.models import DTYPES
+from specbound.models.pair import load_pair
+from specbound.studies import STUDIES
+from specbound.studies.runner import run_study
+
+DEFAULT_OUT = Path("specbound-results")
+
+
+def run(args: argparse.Namespace) -> int:
+    generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
+                  "top_k": args.top_k, "top_p": args.top_p}
+    study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
+    prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
+    pair = load_pair(args.target, args.draft, DTYPES[args.dtype], progress=not args.quiet,
+                     float32_twins=False if args.no_twins else None)
+    for prompts in prompt_sets:
+        dataset = prompts[0].dataset
+        directory = Path(args.out) / study.name / dataset
+        results = run_study(study, pair, prompts, directory, dataset, seed=args.seed, progress=not args.quiet)
+        print(f"{study.name} study, dataset {dataset}: {len(results.runs)} runs, "
+              f"{results.total_seconds / 60:.1f} min; results in {directory}")
+        for title, (headers, rows) in study.summary_tables(results):
+            print(f"\n{title}")
+            print(format_table(headers, rows))
+        print()
+    print(f"report: specbound report {args.out}", file=sys.stderr)
+    return 0
+
+
+def _common(parser) -> None:
+    parser.add_argument("--dataset", type=arguments.comma_list(str), default=["humaneval"],
+                        help=f"prompt sets, comma-separated: {', '.join(DATASETS)} or a JSONL/text file "
+                        "(default humaneval)")
+    parser.add_argument("--temperature", type=arguments.comma_list(float), default=[0.7],
+                        help="temperatures, comma-separated (default 0.7; ablation: 0.1,0.4,0.7,1.0)")
+    parser.add_argument("--limit", type=int, help="only the first LIMIT prompts of each set")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generation (default 128)")
+    parser.add_argument("--top-k", type=int, help="top-k, applied to target and draft alike")
+    parser.add_argument("--top-p", type=float, help="top-p, applied to target and draft alike")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every unit's generator (default 0)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"results folder (default {DEFAULT_OUT})")
+    parser.add_argument("--target", default="default-target",
+                        help="target model: embedded name, .gguf file or HF folder (default default-target)")
+    parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="model dtype (bfloat16)")
+    parser.add_argument("--no-twins", action="store_true",
+                        help="no float32 copies of bf16 models for prefill and scoring (saves ~8 GB, slower on CPU)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "study",
+        help="rerun the papers' experiments on a real model pair",
+        description="; ".join(f"{name}: {study.help}" for name, study in STUDIES.items()),
+    )
+    studies = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
+    for name, study in STUDIES.items():
+        subparser = studies.add_parser(name, help=study.help, description=study.help)
+        _common(subparser)
+        study.add_arguments(subparser)
+    parser.set_defaults(handler=run)

@@ -1,0 +1,110 @@
+"""Greedy drafts [HU] and SpecHub pairs [SPECHUB] (SPEC.md §4.1), with their common optimum.
+
+- **greedy**: the n − 1 most probable tokens T of q deterministically, then one token
+  drawn from q restricted to the rest, q′(x) = q(x)·1[x ∉ T]/(1 − q(T));
+- **SpecHub pairs** (n = 2): with the hub a = argmax q, first ~ q; the second is a, or
+  ~ q(·|≠a) when the first is a. Its draft *set* {a, z}, z ~ q′ with T = {a}, has the
+  greedy law for n = 2.
+
+Their draft sets are T plus one x ~ q′ outside T, so Q(H) = [T ⊆ H]·q′(H ∖ T) and the
+subset formula has the closed form (``greedy_optimum``)
+    α*_greedy = p(T) + Σ_{x∉T} min(p(x), q′(x)),
+which the greedy verifier and SpecHub attain [HU, SPECHUB]. Ties go to the lower token id (``top_tokens``).
+Letters: p = target, q = draft (SPEC.md §0).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from specbound.bounds import OptimalAcceptance
+from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
+from specbound.probability import sample_from, top_tokens, zeroed
+
+
+def restricted_draft(draft: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The top set as a mask and q′ = q·1[∉T]/(1 − q(T)), 1 − q(T) summed from the rest.
+    # draft [batch, vocab], top [batch, n−1] -> in_top [batch, vocab] bool, q′ [batch, vocab]"""
+    in_top = np.zeros(draft.shape, dtype=bool)
+    np.put_along_axis(in_top, top, True, axis=-1)
+    rest = np.where(in_top, 0.0, draft)
+    return in_top, rest / rest.sum(axis=1, keepdims=True)
+
+
+def greedy_optimum(target: np.ndarray, draft: np.ndarray, top: np.ndarray) -> OptimalAcceptance:
+    """α* = p(T) + Σ_{x∉T} min(p(x), q′(x)) for the draft set T ∪ {x ~ q′} [HU]; the
+    certificate H* = T ∪ {x ∉ T : p(x) < q′(x)} (∅ when that gives no loss), since the
+    subset formula gives 1 + p(T) − Σ_{x∉T} (q′ − p)+ there.
+    # target, draft [batch, vocab], top [batch, n−1] -> OptimalAcceptance"""
+    in_top, rest_draft = restricted_draft(draft, top)
+    shortfall = np.where(in_top, 0.0, np.maximum(rest_draft - target, 0.0))
+    loss = shortfall.sum(axis=1) - np.where(in_top, target, 0.0).sum(axis=1)
+    acceptance = 1.0 - np.maximum(loss, 0.0)
+    subset = (in_top | (shortfall > 0)) & (loss > 0)[:, None]
+    return OptimalAcceptance(acceptance, subset)
+
+
+@register_scheme
+class GreedyDrafts(DraftScheme):
+    name = "greedy"
+    label = "greedy"
+    description = "the n-1 most probable tokens of q, then one draw from q over the rest [HU]"
+    needs_distinct_support = True
+
+    def _sample(self, draft, num_drafts, rng):
+        top = top_tokens(draft, num_drafts - 1)
+        last = sample_from(zeroed(draft, top), rng.random(draft.shape[0]))
+        return np.concatenate([top, last[:, None]], axis=1)
+
+    def _sample_torch(self, draft_probs, num_drafts, generator):
+        top = top_tokens(draft_probs, num_drafts - 1)
+        last = torch.multinomial(draft_probs.scatter(1, top, 0.0), 1, generator=generator)
+        return torch.cat([top, last], dim=1)
+
+    def _enumerate(self, draft_row, num_drafts):
+        top = top_tokens(draft_row[None, :], num_drafts - 1)[0]
+        lasts = [token for token in support_tokens(draft_row) if token not in set(top.tolist())]
+        rest_mass = draft_row[lasts].sum()  # = 1 − q(T), without cancellation
+        tuples = [tuple(top.tolist()) + (token,) for token in lasts]
+        probs = [draft_row[token] / rest_mass for token in lasts]
+        return np.array(tuples, dtype=np.int64).reshape(len(tuples), num_drafts), np.array(probs)
+
+    def _optimum(self, target, draft, num_drafts):
+        return greedy_optimum(target, draft, top_tokens(draft, num_drafts - 1))
+
+
+@register_scheme
+class SpecHubPairs(DraftScheme):
+    name = "spechub"
+    label = "SpecHub pairs"
+    description = "first ~ q; second = hub argmax q, or ~ q(.|not hub) if first is the hub [SPECHUB]"
+    needs_distinct_support = True
+    fixed_num_drafts = 2
+
+    def _sample(self, draft, num_drafts, rng):
+        hub = top_tokens(draft, 1)
+        first = sample_from(draft, rng.random(draft.shape[0]))
+        other = sample_from(zeroed(draft, hub), rng.random(draft.shape[0]))
+        second = np.where(first == hub[:, 0], other, hub[:, 0])
+        return np.stack([first, second], axis=1)
+
+    def _sample_torch(self, draft_probs, num_drafts, generator):
+        hub = top_tokens(draft_probs, 1)
+        first = torch.multinomial(draft_probs, 1, generator=generator)
+        other = torch.multinomial(draft_probs.scatter(1, hub, 0.0), 1, generator=generator)
+        second = torch.where(first == hub, other, hub)
+        return torch.cat([first, second], dim=1)
+
+    def _enumerate(self, draft_row, num_drafts):
+        hub = int(top_tokens(draft_row[None, :], 1)[0, 0])
+        others = [token for token in support_tokens(draft_row) if token != hub]
+        others_mass = draft_row[others].sum()  # = 1 − q(hub), without cancellation
+        tuples, probs = [], []
+        for token in others:
+            tuples += [(hub, token), (token, hub)]
+            probs += [draft_row[hub] * draft_row[token] / others_mass, draft_row[token]]
+        return np.array(tuples, dtype=np.int64), np.array(probs)
+
+    def _optimum(self, target, draft, num_drafts):
+        return greedy_optimum(target, draft, top_tokens(draft, 1))

@@ -1,0 +1,43 @@
+"""Drafts drawn with replacement: x_1..x_n i.i.d. ~ q (SPEC.md §4.1).
+
+Q(H) = q(H)^n, so α* = 1 + min_H [p(H) − q(H)^n]; n = 1 gives Σ min(p, q) [HU].
+Letters: q = draft (SPEC.md §0).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+
+from specbound.bounds.subset import prefix_sums
+from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
+from specbound.probability import sample_from
+
+
+@register_scheme
+class WithReplacement(DraftScheme):
+    name = "with_replacement"
+    label = "with replacement"
+    description = "n i.i.d. draws from q"
+    needs_distinct_support = False
+
+    def _sample(self, draft, num_drafts, rng):
+        uniforms = rng.random((draft.shape[0], num_drafts))
+        return np.stack([sample_from(draft, uniforms[:, i]) for i in range(num_drafts)], axis=1)
+
+    def _sample_torch(self, draft_probs, num_drafts, generator):
+        return torch.multinomial(draft_probs, num_drafts, replacement=True, generator=generator)
+
+    def _enumerate(self, draft_row, num_drafts):
+        tuples = list(itertools.product(support_tokens(draft_row), repeat=num_drafts))
+        probs = [float(np.prod(draft_row[list(t)])) for t in tuples]
+        return np.array(tuples, dtype=np.int64), np.array(probs)
+
+    def all_in_mass(self, draft_in_order, num_drafts):
+        inside = prefix_sums(draft_in_order)
+        mass = inside.copy()
+        for _ in range(num_drafts - 1):  # repeated products: float ** int is a slow pow()
+            mass *= inside
+        return mass

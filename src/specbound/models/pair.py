@@ -1,0 +1,109 @@
+"""The (target, draft) model pair a study runs on, with its tokenizer.
+
+A study needs the two models, the vocabulary size their probability rows are cut to (the
+shared tokenizer's, so that a token id means the same string in both), the token ids that
+end a sequence, and a way to turn a prompt's text into ids. ``load_pair`` builds it from
+``specbound.models.loading`` (embedded default pair, GGUF files or Hugging Face directories);
+tests build one from tiny in-process models.
+
+Float32 twins: on a CPU without bfloat16 matrix units (AVX2 only) a bf16 forward costs
+time in proportion to its rows, so a 150-token prefill of the default target takes ~21 s
+in bf16 and ~5 s in float32, while one decoding step is fastest in bf16. With
+``float32_twins`` a study keeps an exact float32 copy of each bf16 model: it prefills the
+prompt (``engine.CausalLM(prefill_model=)``) and runs the draft's scoring forward, and the
+bf16 model does every decoding step. Costs 4 bytes per parameter more memory (about 8 GB
+for the default pair).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specbound.models.chat import encode_prompt, stop_token_ids
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    target: torch.nn.Module
+    draft: torch.nn.Module | None  # None: a target alone
+    vocab_size: int  # probability rows keep the first vocab_size logits
+    eos_token_ids: tuple[int, ...]
+    encode: Callable[[str], list[int]]  # prompt text -> token ids the target is given
+    decode: Callable[[list[int]], str] = lambda tokens: " ".join(map(str, tokens))
+    description: dict = field(default_factory=dict)  # model names, dtype: for the report
+    target_twin: torch.nn.Module | None = None  # float32 copies (module docstring)
+    draft_twin: torch.nn.Module | None = None
+
+    def decoder(self, processing, drafter: str = "model", stop_at_eos: bool = True):
+        """An engine ``Decoder`` on this pair with ``processing``: drafting with the draft
+        model (``"model"``), by prompt lookup (``"prompt-lookup"``), or not at all (``None``,
+        autoregressive only). The float32 twins, when the pair has them, prefill."""
+        from specbound.engine import CausalLM, Decoder, ModelDrafter, PromptLookupDrafter
+
+        drafters = {
+            "model": lambda: ModelDrafter(CausalLM(self.draft, prefill_model=self.draft_twin), processing),
+            "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size),
+            None: lambda: None,
+        }
+        if drafter not in drafters:
+            raise ValueError(f"drafter: expected one of {[key for key in drafters if key]}, got {drafter!r}")
+        if drafter == "model" and self.draft is None:
+            raise ValueError("drafter: this pair was loaded without a draft model")
+        target = CausalLM(self.target, prefill_model=self.target_twin)
+        return Decoder(target, drafters[drafter](), processing, self.eos_token_ids if stop_at_eos else ())
+
+
+def float32_twin(model: torch.nn.Module) -> torch.nn.Module:
+    """An exact float32 copy of ``model`` (every bf16/fp16 value is a float32 value)."""
+    return copy.deepcopy(model).to(torch.float32).eval()
+
+
+def load_pair(
+    target: str,
+    draft: str | None,
+    dtype: torch.dtype = torch.bfloat16,
+    progress: bool = True,
+    float32_twins: bool | None = None,
+) -> ModelPair:
+    """Load both models offline (``specbound.models.loading.load_model``), check their shared
+    vocabulary, and encode prompts as the engine's ``chat`` does (the chat template as one
+    user turn when the tokenizer has one — the default pair are instruct models).
+    ``float32_twins`` defaults to True for a bfloat16 pair. ``draft=None`` loads the target
+    alone (for autoregressive decoding or prompt lookup)."""
+    from specbound.models.loading import check_shared_vocabulary, load_model  # transformers' model classes: slow
+
+    target_loaded = load_model(target, dtype=dtype, progress=progress)
+    if draft is None:
+        draft_loaded = None
+        vocab_size = target_loaded.model.get_output_embeddings().weight.shape[0]
+    else:
+        draft_loaded = load_model(draft, dtype=dtype, progress=progress)
+        vocab_size = check_shared_vocabulary(target_loaded, draft_loaded)
+    tokenizer = target_loaded.tokenizer
+    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, target_loaded.model)))
+    if float32_twins is None:
+        float32_twins = dtype == torch.bfloat16
+    return ModelPair(
+        target=target_loaded.model,
+        draft=None if draft_loaded is None else draft_loaded.model,
+        vocab_size=vocab_size,
+        eos_token_ids=eos_token_ids,
+        encode=functools.partial(encode_prompt, tokenizer),
+        decode=tokenizer.decode,
+        description={
+            "target": target,
+            "draft": draft,
+            "dtype": str(dtype).removeprefix("torch."),
+            "vocab_size": vocab_size,
+            "eos_token_ids": list(eos_token_ids),
+            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text",
+            "float32_twins": bool(float32_twins),
+        },
+        target_twin=float32_twin(target_loaded.model) if float32_twins else None,
+        draft_twin=float32_twin(draft_loaded.model) if float32_twins and draft_loaded else None,
+    )

@@ -1,0 +1,112 @@
+"""What a study is, and the one registry of studies.
+
+A study reruns one of the papers' experiments on a real (target, draft) pair (SPEC.md §5).
+It is one class, registered with ``@register_study``, that owns everything about it:
+- its command-line options (``add_arguments``) and how they build it (``from_arguments``);
+- its **units** — one engine generation for one prompt at one setting (a temperature, a
+  decoding configuration) — and how one unit becomes records (``run_unit``);
+- its tables (``summary_tables``, printed by ``specbound study``) and its report sections
+  (``report_blocks``, rendered by ``specbound report``).
+``specbound study`` and ``specbound report`` iterate ``STUDIES``: adding a study is adding
+its module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+
+from specbound.datasets import Prompt
+from specbound.models.pair import ModelPair
+
+
+@dataclass(frozen=True)
+class Unit:
+    key: str  # unique within the study, e.g. "HumanEval/0|T=0.7"
+    prompt: Prompt
+    config: dict  # the unit's setting (temperature, decoding configuration, ...)
+
+
+@dataclass
+class UnitOutput:
+    positions: list[dict]  # one record per (position, ...) of the generation
+    run: dict  # the generation's summary: tokens, engine counts, per-sequence totals
+    seconds: dict = field(default_factory=dict)  # wall-clock by phase
+
+
+def setting_units(prompts: list[Prompt], temperatures, configs=None) -> list[Unit]:
+    """One unit per (temperature, configuration, prompt), keyed "prompt|T=t" or
+    "prompt|T=t|label" (each configuration has a ``label``); the unit's config holds the
+    temperature and the configuration."""
+    return [
+        Unit(f"{prompt.id}|T={temperature:g}" + ("" if config is None else f"|{config.label}"), prompt,
+             {"temperature": temperature} | ({} if config is None else {"config": config}))
+        for temperature in temperatures
+        for config in (configs or [None])
+        for prompt in prompts
+    ]
+
+
+class Study:
+    """Base class of the studies (module docstring)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    order: ClassVar[int]  # position in the report
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """Add the study's own options to its ``specbound study NAME`` parser."""
+
+    @classmethod
+    def from_arguments(cls, args: argparse.Namespace, generation: dict) -> Study:
+        """The study the parsed options ask for; ``generation`` holds the common settings
+        (temperatures, max_new_tokens, top_k, top_p)."""
+        raise NotImplementedError
+
+    def settings(self) -> dict:
+        raise NotImplementedError
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]:
+        raise NotImplementedError
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        raise NotImplementedError
+
+    @staticmethod
+    def summary_tables(results) -> list[tuple[str, tuple[list, list]]]:
+        """(title, (headers, rows)) of the tables ``specbound study`` prints."""
+        return []
+
+    @classmethod
+    def report_blocks(cls, studies: list, figure_dir: Path) -> list:
+        """The report's sections for every results folder of this study (``document``
+        blocks): by default one ``report_section`` per folder."""
+        return [block for results in studies for block in cls.report_section(results, figure_dir)]
+
+    @staticmethod
+    def report_section(results, figure_dir: Path) -> list:
+        """The report's section for one results folder."""
+        return []
+
+
+STUDIES: dict[str, type[Study]] = {}
+
+
+def register_study(study_class: type[Study]) -> type[Study]:
+    """Class decorator: add a study to ``STUDIES`` under its name."""
+    if study_class.name in STUDIES:
+        raise ValueError(f"study: {study_class.name!r} is registered already")
+    STUDIES[study_class.name] = study_class
+    return study_class
+
+
+def get_study(name: str) -> type[Study]:
+    try:
+        return STUDIES[name]
+    except KeyError:
+        raise ValueError(f"study: unknown study {name!r}; choose one of {sorted(STUDIES)}") from None

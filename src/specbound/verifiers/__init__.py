@@ -1,0 +1,12 @@
+"""Verifiers of speculative decoding, one registry looked up by name (SPEC.md §1, §3, §4.3).
+
+``get_verifier(name, **parameters)`` returns a ``Verifier``; ``VERIFIERS`` maps every
+registered name to its class: single, rrs, rrs_without_replacement (``rrs``), kseq
+(``kseq``), greedy and spechub (``greedy``), optimal (``optimal``), decoding_opt and
+decoding_uno (``biased``, with the Pareto front of [YIN] §4).
+"""
+
+from specbound.verifiers import rrs, kseq, greedy, optimal, biased  # noqa: F401, I001  (registration, in this order)
+from specbound.verifiers.base import VERIFIERS, Verdict, Verifier, get_verifier, register_verifier
+
+__all__ = ["VERIFIERS", "Verdict", "Verifier", "get_verifier", "register_verifier"]

@@ -1,0 +1,268 @@
+"""Single-step verifiers of speculative decoding and the one registry that holds them.
+
+Vocabulary (SPEC.md §0): the draft side proposes n tokens x̄ = (x1..xn) from a joint law
+D (the verifier's draft scheme); the verifier outputs one token y with law π(y | x̄). The
+step is *accepted* when y ∈ x̄ (a residual sample that equals a draft counts), and the
+verifier is *lossless* when Σ_x̄ D(x̄) π(·|x̄) = p. p = target, q = draft throughout.
+
+Every verifier is one class, registered with ``@register_verifier``, holding side by side:
+- ``verify(target, draft, draft_tokens, rng)`` and ``verify_with_uniforms(..., uniforms)``,
+  the numpy reference, batched over rows (``[batch, vocab]``); uniforms are
+  ``[batch, num_drafts + 1]``: column i decides draft i, the last column samples the
+  emitted token by inverse CDF;
+- ``verify_torch(..., generator)`` / ``verify_torch_with_uniforms``, the engine's path on
+  torch tensors: the subclass's native ``_verify_torch`` when it has one — consuming the
+  same uniforms, so the two agree draw for draw in float64 — else the numpy reference on
+  float64 copies;
+- ``output_law(target, draft, draft_tokens)``: the exact law π(·|x̄) ``[batch, vocab]``;
+- ``acceptance_rate(target, draft, num_drafts)``: the exact P(y ∈ x̄) ``[batch]`` — closed
+  form or exact recursion, never Monte Carlo;
+- ``optimum(target, draft, num_drafts)``: the α* it is compared with, its draft scheme's
+  (SPEC.md §4.2);
+- ``label`` for tables and ``for_num_drafts``, the rule for a node that got fewer drafts.
+The command line, the engine, the studies and the report iterate ``VERIFIERS``: a new
+verifier is one class and its tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from specbound.drafts import DraftScheme, get_draft_scheme
+from specbound.probability import as_draft_tokens, as_target_and_draft
+
+
+@dataclass(frozen=True)
+class Verdict:
+    tokens: np.ndarray  # [batch] the emitted token (a torch tensor on the torch path)
+    accepted: np.ndarray  # [batch] bool, emitted token is one of the drafts
+
+
+def acceptance_ratio(target_mass, draft_mass):
+    """min(1, target/draft) for draft > 0, numpy or torch.  # [batch] -> [batch]"""
+    if isinstance(target_mass, torch.Tensor):
+        return torch.clamp(target_mass / draft_mass, max=1.0)
+    return np.minimum(1.0, target_mass / draft_mass)
+
+
+def contains(draft_tokens, tokens):
+    """Whether each row's emitted token is one of its drafts.  # [batch, n], [batch] -> [batch]"""
+    if isinstance(draft_tokens, torch.Tensor):
+        return torch.any(draft_tokens == tokens[:, None], dim=1)
+    return np.any(draft_tokens == tokens[:, None], axis=1)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """Base class: subclasses set the class attributes and the math methods."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]  # for tables and figures
+    scheme: ClassVar[str]  # the draft scheme its drafts come from
+    lossless: ClassVar[bool] = True
+    fixed_num_drafts: ClassVar[int | None] = None
+    # its exact acceptance is computable at real vocabulary sizes (the studies' default set)
+    scalable: ClassVar[bool] = True
+
+    @property
+    def draft_scheme(self) -> DraftScheme:
+        return get_draft_scheme(self.scheme)
+
+    # -- the number of drafts ------------------------------------------------------------
+    def check_num_drafts(self, num_drafts, draft_probs=None) -> None:
+        if self.fixed_num_drafts is not None and num_drafts != self.fixed_num_drafts:
+            raise ValueError(
+                f"num_drafts: verifier {self.name!r} takes exactly {self.fixed_num_drafts} "
+                f"draft(s), got {num_drafts}"
+            )
+        self.draft_scheme.check_num_drafts(num_drafts, draft_probs)
+
+    def default_num_drafts(self, num_drafts: int) -> int:
+        """The count this verifier is evaluated at when ``num_drafts`` are asked for: its
+        fixed count if it has one (single draft: 1, SpecHub: 2)."""
+        return self.fixed_num_drafts or num_drafts
+
+    def for_num_drafts(self, num_drafts: int) -> Verifier:
+        """The verifier for a node that got ``num_drafts`` drafts. A node gets fewer drafts
+        than planned only when its draft law has fewer tokens than a distinct-token scheme
+        needs (``DraftScheme.effective_num_drafts``); with one draft, a verifier fixed to
+        another count (SpecHub) hands over to single-draft speculative sampling, which is
+        every verifier's one-draft case."""
+        if num_drafts == 1 and self.fixed_num_drafts not in (None, 1):
+            return get_verifier("single")
+        return self
+
+    # -- input handling shared by every verifier ---------------------------------------
+    def _check(self, target_probs, draft_probs, draft_tokens=None, num_drafts=None):
+        target, draft = as_target_and_draft(target_probs, draft_probs)
+        tokens = None
+        if draft_tokens is not None:
+            draft_rows = np.shape(draft_tokens)[0] if np.ndim(draft_tokens) == 2 else 1
+            if target.shape[0] == 1 and draft_rows > 1:  # one distribution, many draft tuples
+                target = np.repeat(target, draft_rows, axis=0)
+                draft = np.repeat(draft, draft_rows, axis=0)
+            tokens = as_draft_tokens(draft_tokens, target.shape[0], target.shape[1])
+            num_drafts = tokens.shape[1]
+        self.check_num_drafts(num_drafts, draft)
+        if tokens is not None and self.draft_scheme.needs_distinct_support:
+            ordered = np.sort(tokens, axis=1)
+            if np.any(ordered[:, 1:] == ordered[:, :-1]):
+                raise ValueError(
+                    f"draft_tokens: the {self.scheme} scheme draws distinct tokens, but a row "
+                    "repeats one"
+                )
+        if tokens is not None and np.any(np.take_along_axis(draft, tokens, axis=1) <= 0):
+            raise ValueError(
+                "draft_tokens: a draft token has zero draft probability, so it cannot have "
+                "been drawn from draft_probs"
+            )
+        return target, draft, tokens
+
+    # -- public API: numpy -------------------------------------------------------------
+    def verify(self, target_probs, draft_probs, draft_tokens, rng: np.random.Generator) -> Verdict:
+        """Run the verifier once per row.  # tokens [batch, n] -> Verdict([batch], [batch])"""
+        target, draft, tokens = self._check(target_probs, draft_probs, draft_tokens)
+        uniforms = rng.random((tokens.shape[0], tokens.shape[1] + 1))
+        return self._verdict(tokens, self._verify(target, draft, tokens, uniforms))
+
+    def verify_with_uniforms(self, target_probs, draft_probs, draft_tokens, uniforms) -> Verdict:
+        """``verify`` with its randomness given.  # uniforms [batch, num_drafts + 1]"""
+        target, draft, tokens = self._check(target_probs, draft_probs, draft_tokens)
+        uniforms = np.asarray(uniforms, dtype=np.float64)
+        if uniforms.shape != (tokens.shape[0], tokens.shape[1] + 1):
+            raise ValueError(
+                f"uniforms: expected shape {(tokens.shape[0], tokens.shape[1] + 1)}, "
+                f"got {uniforms.shape}"
+            )
+        return self._verdict(tokens, self._verify(target, draft, tokens, uniforms))
+
+    def output_law(self, target_probs, draft_probs, draft_tokens) -> np.ndarray:
+        """Exact law π(·|x̄) of the emitted token given the drafts.  # -> [batch, vocab]"""
+        target, draft, tokens = self._check(target_probs, draft_probs, draft_tokens)
+        return self._output_law(target, draft, tokens)
+
+    def acceptance_rate(self, target_probs, draft_probs, num_drafts: int) -> np.ndarray:
+        """Exact P(emitted token ∈ drafts) under the verifier's draft scheme.  # -> [batch]"""
+        target, draft, _ = self._check(target_probs, draft_probs, num_drafts=num_drafts)
+        return self._acceptance_rate(target, draft, num_drafts)
+
+    def optimum(self, target_probs, draft_probs, num_drafts: int) -> np.ndarray:
+        """α* of the verifier's draft scheme: what any lossless verifier could reach with
+        the same drafts (SPEC.md §4.2).  # -> [batch]"""
+        return self.draft_scheme.optimum(target_probs, draft_probs, num_drafts).acceptance
+
+    # -- public API: torch -------------------------------------------------------------
+    def verify_torch(self, target_probs, draft_probs, draft_tokens, generator: torch.Generator) -> Verdict:
+        """Run the verifier on torch tensors with randomness from ``generator`` (float64
+        uniforms, one row of n + 1 per row, as ``verify_with_uniforms``)."""
+        uniforms = torch.rand(
+            (draft_tokens.shape[0], draft_tokens.shape[1] + 1),
+            generator=generator,
+            dtype=torch.float64,
+            device=target_probs.device,
+        )
+        return self.verify_torch_with_uniforms(target_probs, draft_probs, draft_tokens, uniforms)
+
+    def verify_torch_with_uniforms(self, target_probs, draft_probs, draft_tokens, uniforms) -> Verdict:
+        """Torch twin of ``verify_with_uniforms``.
+        # target_probs, draft_probs [batch, vocab]; draft_tokens [batch, n]; uniforms [batch, n + 1]"""
+        _check_torch_shapes(self, target_probs, draft_probs, draft_tokens, uniforms)
+        if not self.native_torch():
+            verdict = self.verify_with_uniforms(
+                _float64_law(target_probs),
+                _float64_law(draft_probs),
+                draft_tokens.cpu().numpy(),
+                uniforms.double().cpu().numpy(),
+            )
+            device = draft_tokens.device
+            return Verdict(
+                torch.from_numpy(np.asarray(verdict.tokens)).to(device),
+                torch.from_numpy(np.asarray(verdict.accepted)).to(device),
+            )
+        emitted = self._verify_torch(target_probs, draft_probs, draft_tokens, uniforms.to(target_probs.dtype))
+        return Verdict(emitted, contains(draft_tokens, emitted))
+
+    @classmethod
+    def native_torch(cls) -> bool:
+        """Whether the verifier has its own torch path (else the numpy reference runs)."""
+        return cls._verify_torch is not Verifier._verify_torch
+
+    # -- the math, per subclass --------------------------------------------------------
+    def _verify(self, target, draft, tokens, uniforms) -> np.ndarray:
+        """The emitted token per row.  # -> [batch]"""
+        raise NotImplementedError
+
+    def _verify_torch(self, target, draft, tokens, uniforms):
+        """Native torch path (optional): the emitted token per row, from the same uniforms
+        as ``_verify``.  # -> [batch] long"""
+        raise NotImplementedError
+
+    def _output_law(self, target, draft, tokens) -> np.ndarray:
+        raise NotImplementedError
+
+    def _acceptance_rate(self, target, draft, num_drafts) -> np.ndarray:
+        raise NotImplementedError
+
+    @staticmethod
+    def _verdict(tokens, emitted) -> Verdict:
+        return Verdict(emitted, contains(tokens, emitted))
+
+
+def _check_torch_shapes(verifier, target, draft, tokens, uniforms):
+    if target.ndim != 2 or draft.shape != target.shape:
+        raise ValueError(
+            f"draft_probs: expected the target's shape {tuple(target.shape)} as [batch, vocab], "
+            f"got {tuple(draft.shape)}"
+        )
+    if tokens.ndim != 2 or tokens.shape[0] != target.shape[0]:
+        raise ValueError(f"draft_tokens: expected [{target.shape[0]}, num_drafts], got {tuple(tokens.shape)}")
+    if uniforms.shape != (tokens.shape[0], tokens.shape[1] + 1):
+        raise ValueError(f"uniforms: expected {(tokens.shape[0], tokens.shape[1] + 1)}, got {tuple(uniforms.shape)}")
+    if bool(torch.any((tokens < 0) | (tokens >= target.shape[1]))):
+        raise ValueError(f"draft_tokens: token ids must lie in [0, {target.shape[1]})")
+    verifier.check_num_drafts(tokens.shape[1])
+
+
+def _float64_law(probs: torch.Tensor) -> np.ndarray:
+    """Float64 numpy copy of probability rows; renormalised when they were narrower: a
+    float32 row of 151,936 tokens sums to 1 only within about 1e-6, and the renormalised
+    copy is the law a sampler draws from that row.  # [batch, vocab] -> [batch, vocab] float64"""
+    rows = probs.detach().to(device="cpu", dtype=torch.float64)
+    if probs.dtype != torch.float64:
+        rows = rows / rows.sum(dim=-1, keepdim=True)
+    return rows.numpy()
+
+
+VERIFIERS: dict[str, type[Verifier]] = {}
+
+
+def register_verifier(verifier_class: type[Verifier]) -> type[Verifier]:
+    """Class decorator: add a verifier to the registry under its ``name``."""
+    if verifier_class.name in VERIFIERS:
+        raise ValueError(f"verifier: {verifier_class.name!r} is registered already")
+    if isinstance(verifier_class.scheme, str):  # a parametrised verifier names it per instance
+        get_draft_scheme(verifier_class.scheme)
+    VERIFIERS[verifier_class.name] = verifier_class
+    return verifier_class
+
+
+def get_verifier(name: str, **parameters) -> Verifier:
+    """Look a verifier up by name; ``parameters`` go to its constructor
+    (``epsilon`` for decoding_opt/uno, ``resample`` for decoding_uno,
+    ``draft_scheme`` for optimal)."""
+    try:
+        verifier_class = VERIFIERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"verifier: unknown verifier {name!r}; choose one of {sorted(VERIFIERS)}"
+        ) from None
+    try:
+        return verifier_class(**parameters)
+    except TypeError:
+        raise ValueError(
+            f"verifier: {name!r} does not take parameters {sorted(parameters)}"
+        ) from None

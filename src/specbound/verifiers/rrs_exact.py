@@ -1,0 +1,234 @@
+"""Exact acceptance of recursive rejection sampling *without replacement* (SPEC.md §4.3).
+
+In formula-sized helpers below, p = target and q = draft (SPEC.md §0).
+
+RRS without replacement has no product formula: the draft law after rejecting the set S
+is q·1[∉S]/(1 − q(S)), so the acceptance depends on which tokens were rejected. Two
+facts keep it computable:
+
+1. A rejected token x has pⁱ(x) < qⁱ(x), so every later residual is zero at x, and the
+   residual after any rejections is a threshold of the first one: with
+   p² = norm((p − q)+), r = p²/q and G(t) = Σ_y min(p²(y), t·q(y)),
+   the residual entering a level is (p² − t·q)+ / (1 − G(t)) for a threshold t that
+   starts at 0 and moves to t' = t + (1 − G(t))·s after a level whose draft law is
+   s·q off the removed set (s = 1/(1 − q(S))).
+2. That level then accepts with (G(t') − G(t)) / (1 − G(t)), and a token x ∉ S is drawn
+   and rejected there with probability q(x)·(s − (r(x) − t)+/(1 − G(t)))+; those
+   probabilities sum to 1 − (G(t') − G(t))/(1 − G(t)).
+
+So after one O(V log V) sort, each level is a few look-ups in G.
+
+Cost: n ≤ 2 is O(V log V). n = 3 sums over pairs (x1, x2); ``three_draft_bounds``
+groups both by draft probability, costing O(V log V + D1·D2) for D1, D2 distinct draft
+values (a few thousand for a bf16 model's softmax: exact and fast), and brackets the
+sum within a tolerance when there are too many distinct values. n ≥ 4 uses the plain
+recursion, for small vocabularies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specbound.probability import mass_of_the_others, normalize_mass
+
+DEFAULT_TOLERANCE = 1e-10
+MAX_RECURSION_BRANCHES = 200_000
+FIRST_BIN_COUNT = 4096
+GROUP_CHUNK = 256
+
+
+def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
+    """G(t) = Σ_y min(p(y), t·q(y)) for any t ≥ 0 (vectorised in t), after one sort.
+
+    G is piecewise linear with breakpoints at the ratios p/q, so it is evaluated by
+    linear interpolation between them (``np.interp``, which is fast on sorted queries);
+    it is constant, Σ_{q>0} p, beyond the largest ratio. Tokens with q = 0 or p = 0
+    contribute nothing. # target_row, draft_row [vocab]
+    """
+    both = (draft_row > 0) & (target_row > 0)
+    ratio = target_row[both] / draft_row[both]
+    order = np.argsort(ratio)
+    ratio = ratio[order]
+    target_upto = np.cumsum(target_row[both][order])
+    draft_beyond = draft_row[both].sum() - np.cumsum(draft_row[both][order])
+    breakpoints = np.concatenate([[0.0], ratio])
+    values = np.concatenate([[0.0], target_upto + ratio * draft_beyond])
+
+    def curve(threshold):
+        return np.interp(threshold, breakpoints, values)
+
+    return curve
+
+
+def rrs_without_replacement_acceptance(
+    target_row, draft_row, num_drafts: int, tolerance: float = DEFAULT_TOLERANCE
+) -> float:
+    """α of RRS without replacement for one row; see the module docstring for the method.
+
+    Exact for n ≤ 2 and for n ≥ 4; for n = 3 within ``tolerance`` (the midpoint of a
+    certified bracket, exact when the bracket closes).
+    """
+    if num_drafts == 3:
+        low, high = three_draft_bounds(target_row, draft_row, tolerance)
+        return 0.5 * (low + high)
+    return _recursive_acceptance(target_row, draft_row, num_drafts)
+
+
+def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
+    """Plain recursion over rejected tokens, the last level through the curve:
+    O(V^(n−2)·V log V)."""
+    rejectable = np.count_nonzero(draft_row > target_row)
+    if num_drafts >= 4 and rejectable ** (num_drafts - 2) > MAX_RECURSION_BRANCHES:
+        raise ValueError(
+            f"num_drafts: exact RRS-without-replacement acceptance for n = {num_drafts} needs "
+            f"about {rejectable}^{num_drafts - 2} branches here (limit "
+            f"{MAX_RECURSION_BRANCHES:,}); it is fast for n ≤ 3 at any vocabulary size"
+        )
+
+    def level(current, removed, remaining):
+        kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
+        scale = 1.0 / kept_mass
+        accept_mass = float(min_sum_curve(current, draft_row)(scale))
+        if remaining == 1 or accept_mass >= 1.0:
+            return accept_mass
+        rejection = np.where(removed, 0.0, np.maximum(scale * draft_row - current, 0.0))
+        rejected_tokens = np.flatnonzero(rejection > 0)
+        next_target = normalize_mass(np.maximum(current - scale * draft_row, 0.0))
+        if remaining == 2:
+            next_kept_mass = _mass_without(draft_row, ~removed, rejected_tokens)
+            tail = min_sum_curve(next_target, draft_row)(1.0 / next_kept_mass)
+        else:
+            tail = []
+            for token in rejected_tokens:
+                now_removed = removed.copy()
+                now_removed[token] = True
+                tail.append(level(next_target, now_removed, remaining - 1))
+        return accept_mass + float(np.dot(rejection[rejected_tokens], tail))
+
+    return level(target_row, np.zeros(draft_row.shape, dtype=bool), num_drafts)
+
+
+def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERANCE):
+    """Certified (lower, upper) bounds on α of RRS without replacement with n = 3.
+
+    α = A1 + Σ_{x1} (q − p)+(x1)·[A2(x1) + Σ_{x2 ≠ x1} w2(x2|x1)·A3(x1, x2)], with
+    s = 1/(1 − q(x1)), A2 = G(s), w2 = q(x2)(s − r(x2))+ and
+    A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) (module docstring).
+    Terms depend on x1 only through q(x1), so x1 is grouped by its value (exact); A3
+    depends on x2 only through q(x2), so x2 is grouped into bins of draft values: a bin
+    holding one value is exact, a bin holding a range is bracketed between A3 at its ends
+    (A3 is increasing in q(x2)). Bins are refined until the bracket is within
+    ``tolerance`` — with real models' few distinct probabilities it is exact at once.
+    """
+    target_row = np.asarray(target_row, dtype=np.float64)
+    draft_row = np.asarray(draft_row, dtype=np.float64)
+    first_rejection = np.maximum(draft_row - target_row, 0.0)
+    total_variation = first_rejection.sum()
+    if total_variation <= 0:
+        return 1.0, 1.0
+    residual = np.maximum(target_row - draft_row, 0.0) / total_variation
+    curve = min_sum_curve(residual, draft_row)
+
+    # x1: tokens with q > p, grouped by their draft probability c.
+    removed, group_weight = _sum_by_value(draft_row[first_rejection > 0], first_rejection[first_rejection > 0])
+    one_minus = _complement(draft_row)
+    scale = 1.0 / one_minus(removed)  # s per group
+    accept_second = curve(scale)  # A2 per group
+    rest = 1.0 - accept_second  # P(second draft rejected | x1) = Σ_x2 w2
+
+    # x2: every token with q > 0, sorted by draft probability.
+    positive = np.flatnonzero(draft_row > 0)
+    positive = positive[np.argsort(draft_row[positive], kind="stable")]
+    values = draft_row[positive]
+    ratio = residual[positive] / values
+    distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
+    bins = min(FIRST_BIN_COUNT, len(distinct))
+    while True:
+        edges = distinct[np.unique(np.linspace(0, len(distinct), bins + 1).astype(int)[:-1])]
+        low, high = _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus)
+        low, high = 1.0 - total_variation + low, 1.0 - total_variation + high
+        if high - low <= 2 * tolerance or bins == len(distinct):
+            return low, high
+        bins = min(8 * bins, len(distinct))
+
+
+def _complement(draft_row):
+    """v -> 1 − v for draft values v, exact where it matters: for the largest value, when
+    it is above 1/2, 1 − q(top) is the summed mass of the other tokens
+    (``probability.mass_of_the_others``)."""
+    top = int(np.argmax(draft_row))
+    top_value = draft_row[top]
+    top_complement = mass_of_the_others(draft_row)[0, top] if top_value > 0.5 else None
+
+    def one_minus(values):
+        values = np.asarray(values, dtype=np.float64)
+        if top_complement is None:
+            return 1.0 - values
+        return np.where(values == top_value, top_complement, 1.0 - values)
+
+    return one_minus
+
+
+def _mass_without(draft_row, kept, tokens):
+    """Σ_{y kept, y ≠ x} q(y) for each token x of ``tokens`` (kept[x] True), exact next to
+    a dominant x (``probability.mass_of_the_others``). # kept [vocab] bool, tokens [k] -> [k]"""
+    return mass_of_the_others(np.where(kept, draft_row, 0.0))[0, tokens]
+
+
+def _sum_by_value(values, weights):
+    """Distinct ``values`` (sorted) and the sum of ``weights`` over each."""
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
+    return values[starts], np.add.reduceat(weights, starts)
+
+
+def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus):
+    """Σ_g W_g·[A2_g + Σ_b L_b(g)·A3(g, ·)] with A3 at each bin's smallest and largest
+    draft value; L_b(g) = Σ_{x2 ∈ b, x2 ≠ x1} q(x2)(s_g − r(x2))+ exactly.
+    # values, ratio [tokens] sorted by value; edges [bins] start indices; groups [G]"""
+    bin_of = np.searchsorted(edges, np.arange(len(values)), side="right") - 1  # [tokens]
+    bin_low = values[edges]
+    bin_high = values[np.concatenate([edges[1:], [len(values)]]) - 1]
+    num_bins = len(edges)
+    exact = bool(np.all(bin_low == bin_high))
+    low = high = 0.0
+    for start in range(0, len(removed), GROUP_CHUNK):
+        group = slice(start, start + GROUP_CHUNK)
+        chunk_scale = scale[group]  # ascending, since removed is sorted
+        size = len(chunk_scale)
+        # tokens with r < s_g are those whose position among the sorted s is ≤ g
+        position = np.searchsorted(chunk_scale, ratio, side="right")
+        key = bin_of * (size + 1) + position
+        counts = np.bincount(key, weights=values, minlength=num_bins * (size + 1))
+        ratio_mass = np.bincount(key, weights=values * ratio, minlength=num_bins * (size + 1))
+        draft_below = np.cumsum(counts.reshape(num_bins, size + 1), axis=1)[:, :size].T  # [G, bins]
+        residual_below = np.cumsum(ratio_mass.reshape(num_bins, size + 1), axis=1)[:, :size].T
+        second = chunk_scale[:, None] * draft_below - residual_below  # L_b(g) with x1 included
+        own_bin = np.searchsorted(edges, np.searchsorted(values, removed[group]), side="right") - 1
+        second[np.arange(size), own_bin] -= removed[group] * chunk_scale  # x2 = x1: r(x1) = 0
+        second = np.maximum(second, 0.0)
+        at_low = _third_acceptance(
+            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_low, one_minus
+        )
+        at_high = at_low if exact else _third_acceptance(
+            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_high, one_minus
+        )
+        weight = group_weight[group]
+        low += float(weight @ (accept_second[group] + (second * at_low).sum(axis=1)))
+        high += float(weight @ (accept_second[group] + (second * at_high).sum(axis=1)))
+    return low, high
+
+
+def _third_acceptance(curve, removed, scale, accept_second, rest, other_draft, one_minus):
+    """A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) for groups × bins,
+    increasing in q(x2) up to its limit 1 as q(x1) + q(x2) → 1 (G(∞) = 1), which it
+    keeps beyond (only a bin's end can lie there). Where the second level never rejects
+    (1 − G(s) = 0) the weights L are 0 and A3 is set to 0.  # -> [G, bins]"""
+    larger = np.maximum(removed[:, None], other_draft[None, :])
+    denominator = one_minus(larger) - np.minimum(removed[:, None], other_draft[None, :])  # 1 − q(x1) − q(x2)
+    inside = denominator > 0
+    safe_rest = np.where(rest > 0, rest, 1.0)[:, None]
+    threshold = scale[:, None] + np.where(inside, safe_rest / np.where(inside, denominator, 1.0), 0.0)
+    value = np.where(inside, np.clip((curve(threshold) - accept_second[:, None]) / safe_rest, 0.0, 1.0), 1.0)
+    return np.where(rest[:, None] > 0, value, 0.0)

@@ -1,0 +1,73 @@
+"""``specbound run`` end to end on tiny models saved as local Hugging Face directories."""
+
+import json
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from engine.engine_fixtures import noisy_copy, tiny_model
+from specbound.cli import main
+
+WORDS = ["<eos>", "a", "b", "c", "d", "<|endoftext|>"]  # Qwen2Tokenizer adds the last if missing
+
+
+def save_tiny(directory, model):
+    tokenizer = Tokenizer(models.WordLevel({word: i for i, word in enumerate(WORDS)}, unk_token="a"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", unk_token="a")
+    model.generation_config.eos_token_id = 0
+    model.save_pretrained(directory)
+    fast.save_pretrained(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny")
+    target = tiny_model(seed=0)
+    prompts = root / "prompts.txt"
+    prompts.write_text("a b c\nd c a b\n")
+    return (save_tiny(root / "target", target), save_tiny(root / "draft", noisy_copy(target, 1, 0.7)),
+            str(prompts))
+
+
+def run_command(tiny_dirs, output_dir, *extra):
+    target, draft, prompts = tiny_dirs
+    return main(["run", "--target", target, "--draft", draft, "--prompts", prompts,
+                 "--dtype", "float32", "--max-new-tokens", "6", "--output-dir", str(output_dir),
+                 *extra])
+
+
+def test_run_writes_results_plot_and_table(tiny_dirs, tmp_path, capsys):
+    assert run_command(tiny_dirs, tmp_path, "--methods", "autoregressive,chain,tree,batch",
+                       "--depth", "2") == 0
+    printed = capsys.readouterr().out
+    for label in ["autoregressive", "chain γ=3", "tree 2×2 rrs_without_replacement", "batch M=2 γ=3"]:
+        assert label in printed
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 4
+    assert {record["method"] for record in records} >= {"autoregressive"}
+    assert all(1 <= record["tokens_generated"] <= 6 for record in records)
+    assert (tmp_path / "run.png").stat().st_size > 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["methods"][0]["speedup"] == pytest.approx(1.0)
+
+
+def test_same_seed_same_tokens_from_the_command(tiny_dirs, tmp_path):
+    outputs = []
+    for name in ("first", "second"):
+        assert run_command(tiny_dirs, tmp_path / name, "--methods", "chain", "--seed", "3") == 0
+        outputs.append([json.loads(line)["tokens"]
+                        for line in (tmp_path / name / "results.jsonl").read_text().splitlines()])
+    assert outputs[0] == outputs[1]
+
+
+def test_prompt_lookup_drafter_needs_no_draft_model(tiny_dirs, tmp_path):
+    assert run_command(tiny_dirs, tmp_path, "--drafter", "prompt-lookup", "--draft", "missing",
+                       "--methods", "chain") == 0
+
+
+def test_bad_options_are_reported(tiny_dirs, tmp_path, capsys):
+    assert run_command(tiny_dirs, tmp_path, "--methods", "beam") == 2
+    assert "method" in capsys.readouterr().err

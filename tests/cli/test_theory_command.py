@@ -1,0 +1,110 @@
+"""``specbound theory``: every subcommand writes a PNG and a JSON whose numbers are the
+library's, prints a table or JSON, and refuses bad settings with a ValueError."""
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+
+from specbound import cli
+from specbound.chains.theory import batch_expected_rejections, random_chain_pair
+from specbound.cli import theory
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_theory(*arguments) -> int:
+    """Parse and run ``specbound theory ...`` with only this command registered."""
+    parser = argparse.ArgumentParser(prog="specbound")
+    theory.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["theory", *arguments])
+    return args.handler(args)
+
+
+def saved(out, name):
+    assert (out / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+    return json.loads((out / f"{name}.json").read_text())
+
+
+def test_theory_is_registered_in_the_cli():
+    assert "specbound.cli.theory" in cli.COMMAND_MODULES
+
+
+def test_convergence_reports_thm1_and_the_acceleration(tmp_path, capsys):
+    small = ["--horizon", "12", "--vocab", "4", "--seed", "10", "--runs", "300"]
+    assert run_theory("convergence", *small, "--lookaheads", "2", "--out", str(tmp_path)) == 0
+    table = capsys.readouterr().out
+    numbers = saved(tmp_path, "convergence")
+    chain = random_chain_pair(12, 4, np.random.default_rng(10))
+    exact = batch_expected_rejections(chain, 1)
+    assert numbers["exact_rejections"] == pytest.approx(exact.rejections, abs=1e-12)
+    assert numbers["acceleration"] == pytest.approx(12 / exact.rejections, abs=1e-12)
+    mean, error = numbers["mc_rejections"]
+    assert abs(mean - exact.rejections) <= 4 * error
+    assert [row["runs"] for row in numbers["convergence"]] == [10, 30, 100, 300]
+    assert numbers["finite_lookahead"][0]["lookahead"] == 2
+    assert "acceleration T / E[N_rej]" in table and f"{exact.acceleration:.6f}" in table
+
+
+def test_drafts_curve_reaches_the_positive_limit(tmp_path, capsys):
+    small = ["--horizon", "10", "--vocab", "3", "--runs", "200", "--max-drafts", "50"]
+    assert run_theory("drafts", *small, "--simulated-drafts", "1,3", "--out", str(tmp_path),
+                      "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    numbers = saved(tmp_path, "drafts")
+    assert printed == numbers
+    chain = random_chain_pair(10, 3, np.random.default_rng(10))
+    limit = batch_expected_rejections(chain, math.inf).rejections
+    assert numbers["limit"]["exact_rejections"] == pytest.approx(limit, abs=1e-12)
+    curve = [point["exact_rejections"] for point in numbers["curve"]]
+    assert curve[0] > curve[-1] > limit > 0
+    assert [row["num_drafts"] for row in numbers["monte_carlo"]] == [1, 3]
+
+
+def test_improvement_closed_forms_match_the_general_formula(tmp_path, capsys):
+    assert run_theory("improvement", "--max-drafts", "6", "--out", str(tmp_path)) == 0
+    assert "batch improvement" in capsys.readouterr().out
+    numbers = saved(tmp_path, "improvement")
+    for curves in (numbers["bernoulli"], numbers["uniform"]):
+        for closed, general, _ in curves.values():
+            np.testing.assert_allclose(closed, general, atol=1e-12)
+    closed, _, limit = numbers["bernoulli"]["u = 0.9, v = 0.5"]
+    assert closed[1] == pytest.approx(0.4 * (1 - 0.9), abs=1e-12) and limit == pytest.approx(0.4)
+
+
+def test_pareto_sweeps_put_opt_on_the_front(tmp_path, capsys):
+    assert run_theory("pareto", "--epsilons", "0,0.1,0.2,0.4", "--out", str(tmp_path)) == 0
+    assert "Loss*(b)" in capsys.readouterr().out
+    numbers = saved(tmp_path, "pareto")
+    assert numbers["total_variation"] == pytest.approx(0.4, abs=1e-12)
+    for point in numbers["sweeps"]:
+        on_front = point["rejection"] + point["least_bias"]
+        assert on_front == pytest.approx(0.4, abs=1e-12)
+        if point["method"] == "decoding_opt":
+            assert point["bias"] == pytest.approx(point["least_bias"], abs=1e-12)
+    assert {point["method"] for point in numbers["sweeps"]} == set(theory.SWEEP_METHODS)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["convergence", "--horizon", "0"], "horizon"),
+        (["convergence", "--horizon", "5", "--runs", "0"], "num_runs"),
+        (["drafts", "--horizon", "5", "--simulated-drafts", "0"], "num_drafts"),
+        (["pareto", "--target", "0.5,0.6", "--draft", "0.5,0.5"], "target_probs"),
+        (["pareto", "--target", "0.5,0.5", "--draft", "0.2,0.3,0.5"], "draft_probs"),
+        (["improvement", "--uniform", "3:4"], "uniform"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_value_error(arguments, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        run_theory(*arguments, "--out", str(tmp_path))
+
+
+def test_an_unknown_sweep_method_is_refused_naming_the_option(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_theory("pareto", "--methods", "decoding_best", "--out", str(tmp_path))
+    assert exit_info.value.code == 2
+    assert "--methods" in capsys.readouterr().err

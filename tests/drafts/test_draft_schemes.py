@@ -1,0 +1,88 @@
+"""Draft schemes: exact joint laws are distributions with the right marginal structure,
+and the numpy and torch samplers follow them (χ² at level 0.001)."""
+
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from instances import random_pair
+from specbound.drafts import DRAFT_SCHEMES, get_draft_scheme
+
+SIGNIFICANCE = 1e-3
+SCHEMES_AND_N = [("with_replacement", 2), ("without_replacement", 3), ("greedy", 3), ("spechub", 2)]
+
+
+def tuple_counts(tokens, tuples):
+    index = {tuple(t): k for k, t in enumerate(tuples.tolist())}
+    counts = np.zeros(len(tuples))
+    for row in map(tuple, tokens.tolist()):
+        assert row in index, f"sampled tuple {row} has probability zero under the joint law"
+        counts[index[row]] += 1
+    return counts
+
+
+@pytest.mark.parametrize(("scheme", "num_drafts"), SCHEMES_AND_N)
+def test_joint_law_is_a_distribution_on_the_draft_support(scheme, num_drafts, rng):
+    _, draft = random_pair(rng, 6)
+    tuples, probs = get_draft_scheme(scheme).joint_law(draft, num_drafts)
+    assert probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert np.all(draft[tuples] > 0)
+
+
+def test_without_replacement_first_draft_follows_the_draft(rng):
+    _, draft = random_pair(rng, 6)
+    tuples, probs = get_draft_scheme("without_replacement").joint_law(draft, 3)
+    np.testing.assert_allclose(np.bincount(tuples[:, 0], probs, minlength=6), draft, atol=1e-12)
+
+
+def test_spechub_and_greedy_share_the_pair_set_law(rng):
+    _, draft = random_pair(rng, 6)
+    laws = []
+    for scheme in ("greedy", "spechub"):
+        tuples, probs = get_draft_scheme(scheme).joint_law(draft, 2)
+        law = {}
+        for pair, prob in zip(map(frozenset, tuples.tolist()), probs):
+            law[pair] = law.get(pair, 0.0) + prob
+        laws.append(law)
+    assert laws[0].keys() == laws[1].keys()
+    for pair in laws[0]:
+        assert laws[0][pair] == pytest.approx(laws[1][pair], abs=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize(("scheme", "num_drafts"), SCHEMES_AND_N)
+def test_sampler_follows_the_joint_law(scheme, num_drafts, backend):
+    rng = np.random.default_rng(5)
+    _, draft = random_pair(rng, 6, zeros=True)
+    tuples, probs = get_draft_scheme(scheme).joint_law(draft, num_drafts)
+    samples = 60_000
+    batch = np.tile(draft, (samples, 1))
+    if backend == "numpy":
+        tokens = get_draft_scheme(scheme).sample(batch, num_drafts, rng)
+    else:
+        generator = torch.Generator().manual_seed(5)
+        tokens = get_draft_scheme(scheme).sample_torch(torch.tensor(batch), num_drafts, generator).numpy()
+    counts = tuple_counts(tokens, tuples)
+    assert stats.chisquare(counts, samples * probs).pvalue > SIGNIFICANCE
+
+
+def test_greedy_breaks_ties_towards_the_lower_token():
+    draft = np.array([0.1, 0.3, 0.3, 0.3])
+    tuples, _ = get_draft_scheme("greedy").joint_law(draft, 3)
+    assert set(map(tuple, tuples[:, :2].tolist())) == {(1, 2)}
+    torch_top = get_draft_scheme("greedy").sample_torch(torch.tensor(draft[None]), 3, torch.Generator().manual_seed(0))
+    assert torch_top[0, :2].tolist() == [1, 2]
+
+
+def test_bad_scheme_input_raises():
+    with pytest.raises(ValueError, match="unknown draft scheme"):
+        get_draft_scheme("beam")
+    with pytest.raises(ValueError, match="only 2 tokens"):
+        get_draft_scheme("without_replacement").sample([0.5, 0.5, 0.0], 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="n = 2 only"):
+        get_draft_scheme("spechub").sample([0.5, 0.3, 0.2], 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="integer"):
+        get_draft_scheme("with_replacement").sample([0.5, 0.5], 1.5, np.random.default_rng(0))
+    assert set(DRAFT_SCHEMES) == {"with_replacement", "without_replacement", "greedy", "spechub"}

@@ -1,0 +1,97 @@
+"""Exact acceptance of RRS without replacement: the grouped/bracketed n = 3 algorithm
+equals the plain recursion, its brackets always contain the exact value, and the
+min-sum curve is the function it claims to be."""
+
+import numpy as np
+import pytest
+import torch
+
+from instances import random_pair
+from specbound.verifiers import rrs_exact as rrs_acceptance
+from specbound.verifiers.rrs_exact import (
+    _recursive_acceptance,
+    min_sum_curve,
+    rrs_without_replacement_acceptance,
+    three_draft_bounds,
+)
+
+
+def instances(rng, count=60):
+    for i in range(count):
+        vocab = int(rng.choice([3, 4, 5, 8, 20, 60]))
+        target, draft = random_pair(rng, vocab, concentration=0.4)
+        if i % 2:  # ties in the draft, as a low-precision softmax produces
+            draft = np.round(draft, 2)
+            draft /= draft.sum()
+        if np.count_nonzero(draft) >= 3:
+            yield target, draft
+
+
+def test_min_sum_curve_is_the_sum_of_minima(rng):
+    target, draft = random_pair(rng, 30)
+    thresholds = np.concatenate([[0.0, 1e-3, 1.0], rng.exponential(3.0, size=50), [1e6]])
+    curve = min_sum_curve(target, draft)
+    direct = np.minimum(target[None, :], thresholds[:, None] * draft[None, :]).sum(axis=1)
+    np.testing.assert_allclose(curve(thresholds), direct, atol=1e-14)
+
+
+def test_three_draft_acceptance_equals_the_recursion(rng):
+    checked = 0
+    for target, draft in instances(rng):
+        exact = _recursive_acceptance(target, draft, 3)
+        low, high = three_draft_bounds(target, draft)
+        assert high - low <= 2e-10
+        assert rrs_without_replacement_acceptance(target, draft, 3) == pytest.approx(exact, abs=1e-12)
+        checked += 1
+    assert checked >= 40
+
+
+@pytest.mark.parametrize("bins", [1, 2, 5])
+def test_coarse_brackets_contain_the_exact_value(bins, rng, monkeypatch):
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", bins)
+    widths = []
+    for target, draft in instances(rng):
+        exact = _recursive_acceptance(target, draft, 3)
+        low, high = three_draft_bounds(target, draft, tolerance=1.0)  # no refinement
+        assert low - 1e-13 <= exact <= high + 1e-13
+        widths.append(high - low)
+    assert max(widths) > 1e-3  # the brackets were really coarse, so the check had teeth
+
+
+def test_bf16_probabilities_are_exact_at_a_real_vocabulary_size():
+    """A bf16 model's softmax has few distinct values: the bracket closes at once."""
+    generator = torch.Generator().manual_seed(0)
+    shared = 3 * torch.randn(20_000, generator=generator)
+    target, draft = (
+        torch.softmax((shared + 0.5 * torch.randn(20_000, generator=generator)).bfloat16().float() / 0.7, -1)
+        .double()
+        .numpy()
+        for _ in range(2)
+    )
+    low, high = three_draft_bounds(target / target.sum(), draft / draft.sum())
+    assert low == high
+    assert 0.0 < low < 1.0
+
+
+def test_large_exact_recursion_is_refused():
+    target = np.full(1000, 1 / 1000)
+    draft = np.linspace(1, 2, 1000)
+    draft /= draft.sum()
+    with pytest.raises(ValueError, match="n = 4"):
+        rrs_without_replacement_acceptance(target, draft, 4)
+
+
+@pytest.mark.parametrize("num_drafts", [2, 3, 4])
+def test_a_draft_stored_as_one_with_a_tiny_rest_keeps_its_rest(num_drafts):
+    """At low temperature a draft row can hold q(top) = 1.0 exactly beside tokens of 1e-17
+    (seen at T = 0.1 on the default pair): 1 − q(top) must be the rest's summed mass, not
+    1.0 − 1.0 = 0 (which gave NaN for n = 3 and a wrong 0.5 for n = 2). The acceptance
+    must equal that of the same row with a representable rest."""
+    target = np.array([0.5, 0.3, 0.15, 0.05, 0.0])
+    values = []
+    for rest in (1e-9, 1e-17, 1e-30):
+        draft = np.array([1.0 - 4 * rest, rest, rest, rest, rest])
+        assert (draft[0] == 1.0) == (rest < 1e-16)
+        values.append(rrs_without_replacement_acceptance(target, draft, num_drafts))
+    assert np.all(np.isfinite(values))
+    np.testing.assert_allclose(values[1:], values[0], atol=1e-9)

@@ -1,0 +1,309 @@
+"""Properties of the single-step verifiers: SPEC §4.4 fixtures, exact losslessness by
+enumeration, statistical losslessness of the sampling code, acceptance ≤ α*,
+Yin's Thm 5 for the ε-biased rules, and bad-input errors."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from instances import FIXTURE_A, FIXTURE_B, random_pair
+from specbound.drafts import optimal_acceptance_bruteforce
+from specbound.drafts import get_draft_scheme
+from specbound.probability import total_variation
+from specbound.verifiers import VERIFIERS, get_verifier
+
+LOSSLESS = ["single", "rrs", "rrs_without_replacement", "kseq", "spechub", "greedy", "optimal"]
+
+FIXTURE_ACCEPTANCE = {
+    # (fixture, verifier, n): SPEC §4.4
+    ("A", "rrs", 2): 0.720000,
+    ("A", "rrs", 3): 0.768000,
+    ("A", "rrs_without_replacement", 2): 0.764286,
+    ("A", "rrs_without_replacement", 3): 0.840298,
+    ("A", "kseq", 2): 0.750000,
+    ("A", "kseq", 3): 0.793950,
+    ("A", "spechub", 2): 0.766667,
+    ("A", "greedy", 2): 0.766667,
+    ("A", "greedy", 3): 0.933333,
+    ("A", "single", 1): 0.600000,
+    ("B", "rrs", 2): 0.860000,
+    ("B", "rrs", 3): 0.902000,
+    ("B", "rrs_without_replacement", 2): 0.873512,
+    ("B", "rrs_without_replacement", 3): 0.936190,
+    ("B", "kseq", 2): 0.896510,
+    ("B", "kseq", 3): 0.950542,
+    ("B", "spechub", 2): 1.0,
+    ("B", "greedy", 2): 1.0,
+    ("B", "greedy", 3): 1.0,
+    ("B", "single", 1): 0.800000,
+}
+FIXTURE_OPTIMUM = {
+    # (fixture, scheme, n): α* from SPEC §4.4, reached by the optimal verifier
+    ("A", "with_replacement", 2): 0.790000,
+    ("A", "with_replacement", 3): 0.871000,
+    ("A", "without_replacement", 2): 0.834524,
+    ("A", "without_replacement", 3): 1.000000,
+    ("A", "greedy", 2): 0.766667,
+    ("A", "greedy", 3): 0.933333,
+    ("B", "with_replacement", 2): 1.0,
+    ("B", "without_replacement", 3): 1.0,
+    ("B", "greedy", 3): 1.0,
+}
+FIXTURES = {"A": FIXTURE_A, "B": FIXTURE_B}
+
+
+def num_drafts_for(name):
+    fixed = VERIFIERS[name].fixed_num_drafts
+    return [fixed] if fixed is not None else [1, 2, 3]
+
+
+@pytest.mark.parametrize(("fixture", "name", "num_drafts"), sorted(FIXTURE_ACCEPTANCE))
+def test_fixture_acceptance(fixture, name, num_drafts):
+    target, draft = FIXTURES[fixture]
+    rate = get_verifier(name).acceptance_rate(target, draft, num_drafts)[0]
+    assert rate == pytest.approx(FIXTURE_ACCEPTANCE[fixture, name, num_drafts], abs=1e-6)
+
+
+@pytest.mark.parametrize(("fixture", "scheme", "num_drafts"), sorted(FIXTURE_OPTIMUM))
+def test_optimal_verifier_reaches_fixture_optimum(fixture, scheme, num_drafts):
+    target, draft = FIXTURES[fixture]
+    verifier = get_verifier("optimal", draft_scheme=scheme)
+    rate = verifier.acceptance_rate(target, draft, num_drafts)[0]
+    assert rate == pytest.approx(FIXTURE_OPTIMUM[fixture, scheme, num_drafts], abs=1e-6)
+
+
+def enumerated_law_and_acceptance(verifier, target, draft, num_drafts):
+    """Σ_x̄ D(x̄) π(·|x̄) and Σ_x̄ D(x̄) π(x̄|x̄) by enumerating every draft tuple."""
+    tuples, tuple_probs = get_draft_scheme(verifier.scheme).joint_law(draft, num_drafts)
+    batch = len(tuples)
+    laws = verifier.output_law(np.tile(target, (batch, 1)), np.tile(draft, (batch, 1)), tuples)
+    hits = np.zeros(batch)
+    for i in range(num_drafts):
+        is_new = np.all(tuples[:, :i] != tuples[:, i : i + 1], axis=1)
+        hits += np.where(is_new, laws[np.arange(batch), tuples[:, i]], 0.0)
+    return tuple_probs @ laws, tuple_probs @ hits
+
+
+@pytest.mark.parametrize("name", LOSSLESS)
+def test_verifier_is_lossless_by_enumeration(name, rng):
+    """Output law = target to 1e-12, and the closed-form acceptance equals the enumerated
+    one, over all draft tuples, for V ≤ 6, n ≤ 3, many random instances with zeros."""
+    verifier = get_verifier(name)
+    checked = 0
+    for vocab in (3, 4, 5, 6):
+        for num_drafts in num_drafts_for(name):
+            for _ in range(6 if name != "optimal" else 2):
+                target, draft = random_pair(rng, vocab)
+                if get_draft_scheme(verifier.scheme).needs_distinct_support and num_drafts > np.count_nonzero(draft):
+                    continue
+                law, acceptance = enumerated_law_and_acceptance(verifier, target, draft, num_drafts)
+                np.testing.assert_allclose(law, target, atol=1e-12, rtol=0)
+                exact = verifier.acceptance_rate(target, draft, num_drafts)[0]
+                assert exact == pytest.approx(acceptance, abs=1e-9)
+                checked += 1
+    assert checked >= 12
+
+
+@pytest.mark.parametrize("scheme", ["with_replacement", "without_replacement", "greedy"])
+def test_optimal_verifier_is_lossless_for_every_scheme(scheme, rng):
+    verifier = get_verifier("optimal", draft_scheme=scheme)
+    for vocab, num_drafts in [(4, 2), (5, 3), (6, 2)]:
+        target, draft = random_pair(rng, vocab, zeros=False)
+        law, acceptance = enumerated_law_and_acceptance(verifier, target, draft, num_drafts)
+        np.testing.assert_allclose(law, target, atol=1e-9, rtol=0)
+        assert acceptance == pytest.approx(
+            optimal_acceptance_bruteforce(target, draft, num_drafts, scheme).acceptance[0], abs=1e-9
+        )
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSLESS if n != "optimal"])
+def test_acceptance_is_at_most_the_optimum(name, rng):
+    verifier = get_verifier(name)
+    for vocab in range(3, 11):
+        for num_drafts in num_drafts_for(name):
+            target, draft = random_pair(rng, vocab)
+            if get_draft_scheme(verifier.scheme).needs_distinct_support and num_drafts > np.count_nonzero(draft):
+                continue
+            optimum = optimal_acceptance_bruteforce(target, draft, num_drafts, verifier.scheme).acceptance[0]
+            assert verifier.acceptance_rate(target, draft, num_drafts)[0] <= optimum + 1e-12
+
+
+@pytest.mark.parametrize("name", ["greedy", "spechub"])
+def test_greedy_and_spechub_reach_the_greedy_optimum(name, rng):
+    verifier = get_verifier(name)
+    for vocab in range(3, 9):
+        for num_drafts in num_drafts_for(name):
+            target, draft = random_pair(rng, vocab)
+            if num_drafts > np.count_nonzero(draft):
+                continue
+            optimum = optimal_acceptance_bruteforce(target, draft, num_drafts, verifier.scheme).acceptance[0]
+            assert verifier.acceptance_rate(target, draft, num_drafts)[0] == pytest.approx(optimum, abs=1e-12)
+
+
+# Statistical losslessness of the sampling code. A χ² goodness-of-fit test at level
+# 0.001 on V = 50 cells with 200,000 draws: a bias of 0.01 in total variation gives a
+# non-centrality of at least N·(2·0.01)²/(2·max p) ≥ 200 here, far above the ~60
+# needed for power > 0.999 with 49 degrees of freedom.
+SIGNIFICANCE = 1e-3
+SAMPLES = 200_000
+
+
+def sampled_verdicts(verifier, target, draft, num_drafts, rng):
+    tokens, accepted = [], []
+    for _ in range(SAMPLES // 50_000):
+        drafts = get_draft_scheme(verifier.scheme).sample(np.tile(draft, (50_000, 1)), num_drafts, rng)
+        verdict = verifier.verify(target, draft, drafts, rng)
+        tokens.append(verdict.tokens)
+        accepted.append(verdict.accepted)
+    return np.concatenate(tokens), np.concatenate(accepted)
+
+
+@pytest.mark.parametrize("name", [n for n in LOSSLESS if n != "optimal"])
+def test_verify_samples_the_target(name):
+    rng = np.random.default_rng(7)
+    verifier = get_verifier(name)
+    num_drafts = num_drafts_for(name)[-1]
+    target, draft = random_pair(rng, 50, concentration=1.0, zeros=False)
+    tokens, accepted = sampled_verdicts(verifier, target, draft, num_drafts, rng)
+    counts = np.bincount(tokens, minlength=50)
+    assert stats.chisquare(counts, SAMPLES * target).pvalue > SIGNIFICANCE
+    exact = verifier.acceptance_rate(target, draft, num_drafts)[0]
+    sigma = np.sqrt(exact * (1 - exact) / SAMPLES)
+    assert abs(accepted.mean() - exact) < 4 * sigma
+
+
+def test_statistical_test_detects_a_biased_sampler():
+    """The χ² test above has the power it claims: a 0.01-TV bias is rejected."""
+    rng = np.random.default_rng(7)
+    target, _ = random_pair(rng, 50, concentration=1.0, zeros=False)
+    shifted = target.copy()
+    top, bottom = np.argsort(target)[-1], np.argsort(target)[-2]
+    shifted[top] += 0.01
+    shifted[bottom] -= 0.01
+    counts = np.bincount(rng.choice(50, size=SAMPLES, p=shifted), minlength=50)
+    assert stats.chisquare(counts, SAMPLES * target).pvalue < SIGNIFICANCE
+
+
+def test_measured_acceptance_matches_exact_for_the_optimal_verifier():
+    rng = np.random.default_rng(11)
+    verifier = get_verifier("optimal", draft_scheme="without_replacement")
+    target, draft = random_pair(rng, 5, zeros=False)
+    drafts = get_draft_scheme("without_replacement").sample(np.tile(draft, (40_000, 1)), 2, rng)
+    verdict = verifier.verify(target, draft, drafts, rng)
+    counts = np.bincount(verdict.tokens, minlength=5)
+    assert stats.chisquare(counts, 40_000 * target).pvalue > SIGNIFICANCE
+    exact = verifier.acceptance_rate(target, draft, 2)[0]
+    assert abs(verdict.accepted.mean() - exact) < 4 * np.sqrt(exact * (1 - exact) / 40_000)
+
+
+# --- ε-biased decoding [YIN §4] ---------------------------------------------------------
+def loss_star(target, draft, weights):
+    """Loss*(b) = ½Σ|p − b·q| − ½Σ(1 − b)·q (SPEC §3), written out independently."""
+    return 0.5 * np.abs(target - weights * draft).sum(-1) - 0.5 * ((1 - weights) * draft).sum(-1)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.01, 0.05, 0.1, 0.2, 0.4, 0.8, 5.0])
+def test_decoding_opt_sits_on_the_pareto_front(epsilon, rng):
+    opt = get_verifier("decoding_opt", epsilon=epsilon)
+    uno = get_verifier("decoding_uno", epsilon=epsilon)
+    for _ in range(20):
+        target, draft = random_pair(rng, 12)
+        bias = opt.bias(target, draft)
+        weights = opt.acceptance_weights(target[None], draft[None])
+        np.testing.assert_allclose(bias, loss_star(target, draft, weights), atol=1e-12)
+        np.testing.assert_allclose(
+            opt.rejection_rate(target, draft) + bias, total_variation(target, draft), atol=1e-12
+        )
+        assert uno.bias(target, draft)[0] >= bias[0] - 1e-12
+        assert get_verifier("decoding_uno", epsilon=epsilon, resample="draft").bias(target, draft)[0] >= bias[0] - 1e-12
+
+
+def test_decoding_opt_with_zero_epsilon_is_speculative_sampling(rng):
+    target, draft = random_pair(rng, 8)
+    opt = get_verifier("decoding_opt", epsilon=0.0)
+    assert opt.bias(target, draft)[0] == pytest.approx(0.0, abs=1e-15)
+    assert opt.acceptance_rate(target, draft, 1)[0] == pytest.approx(
+        get_verifier("single").acceptance_rate(target, draft, 1)[0], abs=1e-15
+    )
+
+
+@pytest.mark.parametrize("name", ["decoding_opt", "decoding_uno"])
+def test_biased_decoding_output_law_is_exact(name, rng):
+    """Enumerated output law equals ``output_distribution``, and sampling follows it."""
+    verifier = get_verifier(name, epsilon=0.1)
+    target, draft = random_pair(rng, 6, zeros=False)
+    law, acceptance = enumerated_law_and_acceptance(verifier, target, draft, 1)
+    np.testing.assert_allclose(law, verifier.output_distribution(target, draft)[0], atol=1e-12)
+    assert acceptance == pytest.approx(verifier.acceptance_rate(target, draft, 1)[0], abs=1e-12)
+    sample_rng = np.random.default_rng(3)
+    drafts = get_draft_scheme("with_replacement").sample(np.tile(draft, (100_000, 1)), 1, sample_rng)
+    tokens = verifier.verify(target, draft, drafts, sample_rng).tokens
+    assert stats.chisquare(np.bincount(tokens, minlength=6), 100_000 * law).pvalue > SIGNIFICANCE
+
+
+# --- bad input ----------------------------------------------------------------------------
+GOOD_TARGET, GOOD_DRAFT = FIXTURE_A
+
+
+@pytest.mark.parametrize(
+    ("target", "draft", "message"),
+    [
+        ([0.5, np.nan, 0.25, 0.25], GOOD_DRAFT, "target_probs: contains NaN"),
+        (GOOD_TARGET, [0.5, -0.1, 0.3, 0.3], "draft_probs: contains negative"),
+        (GOOD_TARGET, [0.5, 0.5], "draft_probs: vocabulary size 2 differs"),
+        ([0.5, 0.3, 0.1, 0.05], GOOD_DRAFT, "target_probs: rows must sum to 1"),
+        (GOOD_TARGET, np.ones((2, 3, 4)) / 4, "draft_probs: expected shape"),
+    ],
+)
+def test_bad_distributions_raise(target, draft, message):
+    with pytest.raises(ValueError, match=message):
+        get_verifier("rrs").acceptance_rate(target, draft, 2)
+
+
+def test_bad_draft_tokens_raise():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="draft_tokens: token ids must lie in"):
+        get_verifier("rrs").verify(GOOD_TARGET, GOOD_DRAFT, [[0, 4]], rng)
+    with pytest.raises(ValueError, match="repeats one"):
+        get_verifier("rrs_without_replacement").verify(GOOD_TARGET, GOOD_DRAFT, [[1, 1]], rng)
+    with pytest.raises(ValueError, match="zero draft probability"):
+        get_verifier("single").verify(GOOD_TARGET, [0.5, 0.5, 0.0, 0.0], [[3]], rng)
+    with pytest.raises(ValueError, match="most probable"):
+        get_verifier("greedy").verify(GOOD_TARGET, GOOD_DRAFT, [[0, 3]], rng)
+    with pytest.raises(ValueError, match="hub"):
+        get_verifier("spechub").verify(GOOD_TARGET, GOOD_DRAFT, [[0, 1]], rng)
+
+
+def test_bad_num_drafts_raise():
+    with pytest.raises(ValueError, match="only 2 tokens with positive probability"):
+        get_verifier("rrs_without_replacement").acceptance_rate(GOOD_TARGET, [0.5, 0.5, 0, 0], 3)
+    with pytest.raises(ValueError, match="spechub.*exactly 2"):
+        get_verifier("spechub").acceptance_rate(GOOD_TARGET, GOOD_DRAFT, 3)
+    with pytest.raises(ValueError, match="num_drafts: expected a positive integer"):
+        get_verifier("rrs").acceptance_rate(GOOD_TARGET, GOOD_DRAFT, 0)
+    with pytest.raises(ValueError, match="unknown verifier"):
+        get_verifier("nope")
+    with pytest.raises(ValueError, match="epsilon"):
+        get_verifier("decoding_opt", epsilon=-0.1)
+    with pytest.raises(ValueError, match="does not take parameters"):
+        get_verifier("rrs", epsilon=0.1)
+
+
+def test_optimal_verifier_refuses_large_problems():
+    target = np.full(40, 1 / 40)
+    with pytest.raises(ValueError):
+        get_verifier("optimal").acceptance_rate(target, target, 4)
+
+
+@pytest.mark.parametrize("num_drafts", [1, 2, 3])
+def test_rows_equal_up_to_rounding_are_accepted_for_sure(num_drafts):
+    """p ≤ q everywhere with Σq exceeding Σp by one ulp (seen at T = 0.1 on the default
+    pair): (p − q)+ has no mass, the two-sided TV is 1e-17; every exact acceptance is 1
+    and none divides by the empty residual."""
+    from specbound.studies.acceptance import acceptance_methods, method_acceptance
+
+    target = np.array([[0.3, 0.7, 0.0]])
+    draft = target.copy()
+    draft[0, 1] = np.nextafter(draft[0, 1], 1.0)
+    for method in acceptance_methods():
+        assert method_acceptance(method, target, draft, num_drafts)[0] == pytest.approx(1.0, abs=1e-12), method
