@@ -34,3 +34,19 @@ def finite_number(name: str, value, low: float = -math.inf, high: float = math.i
     if not low <= value <= high:
         raise ValueError(f"{name}: expected a number in [{low:g}, {high:g}], got {value!r}")
     return float(value)
+
+
+class WorkLimitError(ValueError):
+    """A request whose estimated work (time or memory) is beyond a stated limit: refused
+    before it starts, with the estimate and the limit in the message, so a command exits
+    with status 2 instead of running without bound. A ValueError, so every caller that
+    reports bad input reports this too."""
+
+
+def within_limit(name: str, estimate: float, limit: float, unit: str, hint: str = "") -> None:
+    """Raise WorkLimitError naming ``name`` when ``estimate`` exceeds ``limit``."""
+    if not estimate <= limit:
+        raise WorkLimitError(
+            f"{name}: this needs about {estimate:,.3g} {unit}, above the limit of {limit:,.3g} {unit}"
+            + (f"; {hint}" if hint else "")
+        )
