@@ -6,7 +6,8 @@ import torch
 
 from engine_fixtures import EOS, VOCAB, tiny_model
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
-from specbound.engine.drafters import DraftLevel
+from specbound.engine.methods import Levels, Method
+from specbound.verifiers import get_verifier
 from specbound.engine.methods import build_method
 
 METHODS = {
@@ -113,10 +114,9 @@ def test_draft_law_given_to_the_verifier_is_the_law_the_drafts_came_from(target_
     drafts have positive probability under it."""
     processing = Processing(temperature=0.7, top_k=4)
     drafter = ModelDrafter(CausalLM(draft_model), processing)
-    drafter.reset(PROMPT)
-    levels = [DraftLevel(2, "with_replacement"), DraftLevel(3, "without_replacement"),
-              DraftLevel(2, "greedy")]
-    tree = drafter.draft(PROMPT, levels, torch.Generator().manual_seed(0))
+    drafter.reset([PROMPT])
+    method = Method("mixed", Levels((2, 3, 2)), tuple(map(get_verifier, ("rrs", "rrs_without_replacement", "greedy"))))
+    tree, = drafter.draft([PROMPT], method, [3], [torch.Generator().manual_seed(0)])
     assert tree.forward_calls == 3
     for node, draft_probs in tree.draft_probs.items():
         path, walk = [], node
@@ -132,8 +132,8 @@ def test_draft_law_given_to_the_verifier_is_the_law_the_drafts_came_from(target_
 
 def test_distinct_schemes_take_fewer_drafts_when_the_draft_law_is_narrow(target_model, draft_model):
     drafter = ModelDrafter(CausalLM(draft_model), Processing(top_k=2))
-    drafter.reset(PROMPT)
-    tree = drafter.draft(PROMPT, [DraftLevel(4, "without_replacement")], torch.Generator())
+    drafter.reset([PROMPT])
+    tree, = drafter.draft([PROMPT], build_method("tree", num_drafts=4, depth=1), [1], [torch.Generator()])
     assert sorted(tree.draft_tokens[0].tolist()) == sorted(set(tree.draft_tokens[0].tolist()))
     assert tree.draft_tokens[0].numel() == 2
 
@@ -143,7 +143,7 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
     assert drafter.propose([1, 2, 3, 4, 1, 2, 5, 1, 2], 3) == [5, 1, 2]  # latest "1 2"
     assert drafter.propose([3, 4, 5, 1, 2, 3], 2) == [4, 5]  # falls back to the 1-gram "3"
     assert drafter.propose([1, 2, 3], 2) == []
-    tree = drafter.draft([1, 2, 3, 1, 2], [DraftLevel(1, "with_replacement")] * 2, torch.Generator())
+    tree, = drafter.draft([[1, 2, 3, 1, 2]], build_method("chain", gamma=2), [2], [torch.Generator()])
     assert tree.tokens == [2, 3, 1]
     assert tree.draft_probs[0].tolist() == [0, 0, 0, 1, 0, 0]
 
@@ -151,7 +151,7 @@ def test_prompt_lookup_proposes_what_followed_the_latest_match():
 def test_prompt_lookup_refuses_branching():
     drafter = PromptLookupDrafter(vocab_size=VOCAB)
     with pytest.raises(ValueError, match="single chain"):
-        drafter.draft([1, 2, 1], [DraftLevel(2, "with_replacement")], torch.Generator())
+        drafter.draft([[1, 2, 1]], build_method("tree", num_drafts=2, depth=1, verifier="rrs"), [1], [torch.Generator()])
 
 
 def test_vocabulary_padding_is_masked_and_other_mismatches_refused():

@@ -1,12 +1,13 @@
-"""The LM wrapper: tree attention scores every node as a separate forward would, and
-committing a path (rollback of the rest) leaves a cache equal to recomputing from scratch."""
+"""The LM wrapper: tree attention scores every node as a separate forward would, alone or
+with other sequences of different lengths in one batch, and committing a path (rollback of
+the rest) leaves a cache equal to recomputing from scratch."""
 
 import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
 from engine_fixtures import tiny_config, tiny_model
-from specbound.engine.lm import CausalLM
+from specbound.engine.lm import CausalLM, Entries
 
 PROMPT = [1, 2, 3, 4]
 # A tree below the prompt: node tokens and parents (index into this list, -1 = last prompt token).
@@ -27,10 +28,8 @@ def node_prefix(node):
     return PROMPT + path[::-1]
 
 
-def tree_parents(lm):
-    """Absolute cache positions of the tree nodes' parents after PROMPT is committed."""
-    start = lm.length
-    return [start - 1 if parent == -1 else start + parent for parent in TREE_PARENTS]
+def score_tree(lm, tokens=TREE_TOKENS, parents=TREE_PARENTS):
+    return lm.score([Entries(tokens, parents)]).logits(0)
 
 
 @pytest.mark.parametrize("architecture", ["qwen2", "llama"])
@@ -39,7 +38,7 @@ def test_tree_forward_equals_separate_forwards(architecture, attention):
     model = tiny_model(seed=3, architecture=architecture, attention=attention)
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
+    tree_logits = score_tree(lm)
     assert lm.forward_calls == 2
     for node in range(len(TREE_TOKENS)):
         expected = full_forward_logits(model, node_prefix(node))
@@ -52,7 +51,7 @@ def test_tree_mask_is_honoured():
     model = tiny_model(seed=3)
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
+    tree_logits = score_tree(lm)
     causal_logits = full_forward_logits(model, PROMPT + TREE_TOKENS)
     assert (tree_logits[-1] - causal_logits).abs().max() > 1e-2
 
@@ -62,16 +61,15 @@ def test_commit_path_equals_recomputing(path):
     model = tiny_model(seed=4)
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    lm.extend_tree(TREE_TOKENS, tree_parents(lm))
-    start = len(PROMPT)
-    lm.commit([start + node for node in path])
+    score_tree(lm)
+    lm.commit([path])
     committed = PROMPT + [TREE_TOKENS[node] for node in path]
     assert lm.committed_length == len(committed) == lm.length
     next_logits = lm.extend([2, 5])
     torch.testing.assert_close(next_logits[-1], full_forward_logits(model, committed + [2, 5]),
                                rtol=1e-5, atol=1e-5)
     # and a second tree on top of the rolled-back cache is still exact
-    tree_logits = lm.extend_tree([3, 1], [lm.length - 1, lm.length]).logits()
+    tree_logits = score_tree(lm, [3, 1], [-1, 0])
     torch.testing.assert_close(tree_logits[1], full_forward_logits(model, committed + [2, 5, 3, 1]),
                                rtol=1e-5, atol=1e-5)
 
@@ -80,22 +78,22 @@ def test_tree_from_an_empty_cache():
     """With nothing committed, root nodes take parent −1 and position 0."""
     model = tiny_model(seed=5)
     lm = CausalLM(model)
-    logits = lm.extend_tree([1, 2, 3], [-1, 0, 0]).logits()
+    logits = score_tree(lm, [1, 2, 3], [-1, 0, 0])
     torch.testing.assert_close(logits[2], full_forward_logits(model, [1, 3]), rtol=1e-5, atol=1e-5)
 
 
 def test_commit_rejects_a_path_that_is_not_a_chain():
     lm = CausalLM(tiny_model(seed=4))
     lm.extend(PROMPT)
-    lm.extend_tree(TREE_TOKENS, tree_parents(lm))
-    with pytest.raises(ValueError, match="path_positions"):
-        lm.commit([len(PROMPT) + 0, len(PROMPT) + 4])  # node 4 is a child of node 1
+    score_tree(lm)
+    with pytest.raises(ValueError, match="paths"):
+        lm.commit([[0, 4]])  # node 4 is a child of node 1
 
 
 def test_extend_refuses_while_a_tree_is_pending():
     lm = CausalLM(tiny_model(seed=4))
     lm.extend(PROMPT)
-    lm.extend_tree([1], [lm.length - 1])
+    score_tree(lm, [1], [-1])
     with pytest.raises(ValueError, match="commit"):
         lm.extend([2])
 
@@ -103,8 +101,8 @@ def test_extend_refuses_while_a_tree_is_pending():
 def test_bad_parents_are_refused():
     lm = CausalLM(tiny_model(seed=4))
     lm.extend(PROMPT)
-    with pytest.raises(ValueError, match="parents"):
-        lm.extend_tree([1, 2], [lm.length - 1, lm.length + 1])  # a parent not yet created
+    with pytest.raises(ValueError, match="parent"):
+        score_tree(lm, [1, 2], [-1, 1])  # a parent not yet created
     with pytest.raises(ValueError, match="token_ids"):
         lm.extend([99])
 
@@ -124,7 +122,85 @@ def test_models_with_extra_logit_processing_are_scored_exactly():
     model = DoubledLogits(tiny_config()).eval()
     lm = CausalLM(model)
     lm.extend(PROMPT)
-    tree_logits = lm.extend_tree(TREE_TOKENS, tree_parents(lm)).logits()
+    tree_logits = score_tree(lm)
     for node in range(len(TREE_TOKENS)):
         expected = full_forward_logits(model, node_prefix(node))
         torch.testing.assert_close(tree_logits[node], expected, rtol=1e-5, atol=1e-5)
+
+
+ROW_PROMPTS = [[1, 2, 3, 4], [2, 5], [3, 1, 4, 1, 5, 2]]
+ROW_TREES = [(TREE_TOKENS, TREE_PARENTS), ([4, 4, 1], [-1, 0, 0]), ([2], [-1])]
+
+
+def batched(model, prompts=ROW_PROMPTS):
+    lm = CausalLM(model)
+    lm.reset(len(prompts))
+    for row, prompt in enumerate(prompts):
+        lm.prefill(row, prompt)
+    return lm
+
+
+def prefix_of(prompt, tokens, parents, node):
+    path = []
+    while node != -1:
+        path.append(tokens[node])
+        node = parents[node]
+    return prompt + path[::-1]
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_a_batch_of_ragged_trees_is_scored_as_separate_forwards(attention):
+    """Rows of different lengths and different trees in one forward: every node's logits
+    equal a plain forward over its own prefix."""
+    model = tiny_model(seed=3, attention=attention)
+    lm = batched(model)
+    scores = lm.score([Entries(tokens, parents) for tokens, parents in ROW_TREES])
+    assert lm.forward_calls == 4  # three prefills, one batched forward
+    for row, (prompt, (tokens, parents)) in enumerate(zip(ROW_PROMPTS, ROW_TREES)):
+        logits = scores.logits(row)
+        assert logits.shape[0] == len(tokens)
+        for node in range(len(tokens)):
+            expected = full_forward_logits(model, prefix_of(prompt, tokens, parents, node))
+            torch.testing.assert_close(logits[node], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_commits_of_different_paths_equal_recomputing():
+    """Each row keeps its own path; a second round on the ragged cache (and a row that
+    leaves the batch) still scores exactly."""
+    model = tiny_model(seed=4)
+    lm = batched(model)
+    lm.score([Entries(tokens, parents) for tokens, parents in ROW_TREES])
+    paths = [[1, 4], [0], []]
+    lm.commit(paths)
+    committed = [prompt + [tokens[node] for node in path]
+                 for prompt, (tokens, _), path in zip(ROW_PROMPTS, ROW_TREES, paths)]
+    assert lm.lengths == [len(sequence) for sequence in committed]
+    scores = lm.score([Entries.chain([2, 5]), Entries([3, 1], [-1, -1]), Entries.chain([4])])
+    lm.commit([[0, 1], [1], [0]])
+    torch.testing.assert_close(scores.logits(0, 1)[0], full_forward_logits(model, committed[0] + [2, 5]),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scores.logits(1, 1)[0], full_forward_logits(model, committed[1] + [1]),
+                               rtol=1e-5, atol=1e-5)
+    committed = [committed[0] + [2, 5], committed[1] + [1], committed[2] + [4]]
+    lm.select_rows([2, 0])
+    scores = lm.score([Entries.chain([3]), Entries.chain([1, 1])])
+    torch.testing.assert_close(scores.logits(0, 0)[0], full_forward_logits(model, committed[2] + [3]),
+                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scores.logits(1, 1)[0], full_forward_logits(model, committed[0] + [1, 1]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_single_chain_uses_no_mask_and_still_scores_exactly(monkeypatch):
+    """Plain decoding and chains of one sequence take the model's own causal attention."""
+    model = tiny_model(seed=4)
+    lm = CausalLM(model)
+    lm.extend(PROMPT)
+    built = []
+    original = CausalLM._mask
+    monkeypatch.setattr(CausalLM, "_mask", lambda self, *args: built.append(1) or original(self, *args))
+    logits = lm.score([Entries.chain([2, 5, 1])]).logits(0)
+    assert not built
+    torch.testing.assert_close(logits[2], full_forward_logits(model, PROMPT + [2, 5, 1]), rtol=1e-5, atol=1e-5)
+    lm.commit([[0]])  # keep a prefix of the chain: nothing moves
+    score_tree(lm, [3, 4], [-1, -1])
+    assert built  # a tree needs the mask

@@ -59,6 +59,12 @@ LOSSLESS_CASES = {
         "tree", {"num_drafts": 2, "depth": 2, "verifier": "spechub"},
         Processing(temperature=0.8, top_p=0.8)),
     "batch": ("batch", {"num_drafts": 3, "gamma": 2}, Processing()),
+    # a budgeted tree: children decided per node from the draft probabilities, then drawn
+    "sparse-rrs_without_replacement": (
+        "sparse", {"budget": 5, "depth": 2, "width": 3, "max_children": 3}, Processing()),
+    "sparse-greedy-top_k": (
+        "sparse", {"budget": 4, "depth": 2, "width": 2, "max_children": 2, "verifier": "greedy"},
+        Processing(temperature=0.9, top_k=3)),
 }
 SLOW_CASES = {
     "decoding_opt-epsilon0": ("decoding_opt", {"gamma": 2, "epsilon": 0.0}, Processing()),

@@ -9,7 +9,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from engine_fixtures import noisy_copy, tiny_config, tiny_model
-from specbound.engine.lm import CausalLM
+from specbound.engine.lm import CausalLM, Entries
 
 PROMPT = [1, 2, 3, 4, 5, 0, 2, 2, 4, 1, 3, 5, 5, 1, 0, 4, 2, 3, 1, 4]  # 20 tokens
 MIN_TOKENS = 16
@@ -27,19 +27,13 @@ def count_calls(model) -> list:
     return calls
 
 
-def absolute_parents(lm):
-    start = lm.length
-    return [start - 1 if parent == -1 else start + parent for parent in TREE_PARENTS]
-
-
 def run_session(lm, last_only=False) -> list[torch.Tensor]:
     """Prefill, extend, a tree, commit a path of it, extend again: every logits returned."""
     outputs = [lm.extend(PROMPT, last_only=last_only), lm.extend([3]), lm.extend([0, 5])]
-    outputs.append(lm.extend_tree(TREE_TOKENS, absolute_parents(lm)).logits())
-    start = lm.length - len(TREE_TOKENS)
-    lm.commit([start + node for node in COMMITTED_PATH])
+    outputs.append(lm.score([Entries(TREE_TOKENS, TREE_PARENTS)]).logits(0))
+    lm.commit([COMMITTED_PATH])
     outputs.append(lm.extend([4, 1]))
-    outputs.append(lm.extend_tree([2, 3], [lm.length - 1, lm.length - 1]).logits())
+    outputs.append(lm.score([Entries([2, 3], [-1, -1])]).logits(0))
     return outputs
 
 
@@ -154,7 +148,7 @@ def test_short_prompts_and_later_extends_do_not_use_the_twin():
 
     # a tree on an empty cache never uses the twin
     lm.reset()
-    lm.extend_tree(PROMPT, [-1] + list(range(len(PROMPT) - 1)))
+    lm.score([Entries.chain(PROMPT)])
     assert len(twin_calls) == 1
 
 

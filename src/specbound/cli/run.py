@@ -20,6 +20,7 @@ from tqdm import tqdm
 from specbound.cli.output import format_table
 from specbound.datasets import load_prompts
 from specbound.engine import METHODS, Processing, RunStats, build_method
+from specbound.engine.methods import method_options
 from specbound.models import DTYPES
 from specbound.models.pair import load_pair
 from specbound.plots.run import plot_run
@@ -36,14 +37,11 @@ def build_decoder(args):
     return pair, pair.decoder(processing, args.drafter)
 
 
-def method_options(args) -> dict:
-    return {
-        "gamma": args.gamma,
-        "num_drafts": args.num_drafts,
-        "depth": args.depth,
-        "verifier": args.verifier,
-        "epsilon": args.epsilon,
-    }
+def options_for(name: str, args) -> dict:
+    """The run's options that the method ``name`` takes (``engine.methods.method_options``)."""
+    given = {"gamma": args.gamma, "num_drafts": args.num_drafts, "depth": args.depth, "verifier": args.verifier,
+             "epsilon": args.epsilon}
+    return {key: value for key, value in given.items() if key in method_options(name)}
 
 
 def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
@@ -71,7 +69,7 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 def run(args: argparse.Namespace) -> int:
     methods = {}
     for name in [name.strip() for name in args.methods.split(",") if name.strip()]:
-        method = build_method(name, **method_options(args))
+        method = build_method(name, **options_for(name, args))
         methods[method.name] = method
     prompts = load_prompts(args.prompts, limit=args.limit)
     if not prompts:

@@ -1,25 +1,31 @@
-"""The decoding loop: draft a tree, score it with one target call, walk it with verifiers.
+"""The decoding loop: draft a tree, score it with one target call, verify it.
 
-One step (SPEC.md §6):
-1. the drafter builds a draft tree below the last committed token (the root), its depth
-   cut so that the step cannot pass ``max_new_tokens``;
-2. one target forward scores the target's pending tokens and every tree node (tree
+One step, for every sequence of the batch at once (SPEC.md §6):
+1. the drafter builds each sequence's draft tree below its last committed token (the
+   root), the depth cut so that the step cannot pass ``max_new_tokens``;
+2. one target forward scores every sequence's pending tokens and tree nodes (tree
    attention), giving p(·|node) for every node;
-3. from the root: run the depth's verifier on (p(·|node), q(·|node), the node's drafts);
-   if the emitted token y equals a child, emit it and descend into that child; otherwise
-   emit y (a residual token: one rejection) and stop. At a leaf that was reached, emit a
-   **bonus** token from p(·|leaf);
-4. both caches keep the accepted path and drop the rest of the tree.
+3. per sequence, verification: top-down, at each node the depth's verifier runs on
+   (p(·|node), q(·|node), the node's drafts); if the emitted token y equals a child, emit
+   it and descend; otherwise emit y (a residual token: one rejection) and stop; at a leaf
+   that was reached, emit a **bonus** token from p(·|leaf). A method verified as a whole
+   tree (block, traversal) instead hands every node's rows to its tree verifier, which
+   returns the accepted path and the next token;
+4. both caches keep the accepted path and drop the rest of the tree; sequences that ended
+   leave the batch.
 
 Lossless whenever the verifiers are: every emitted token has law p given its prefix, so
 the generated sequence has the target's law; stopping at the first EOS and cutting at
 ``max_new_tokens`` are functions of that sequence, so they keep it exact. All randomness
-comes from the ``generator`` argument: same seed, same tokens.
+of a sequence comes from its own ``torch.Generator``, drawn in the same order whatever the
+batch: same seed, same tokens, alone or batched.
 
-``generate(..., record_target_probs=True)`` also returns, for every emitted token, the
-target law it was emitted under, p(· | its prefix) — the row the verifier (or the bonus
-draw) used — so a study gets the target's exact distributions along a generation without
-a second forward.
+``record_target_probs=True`` also returns, for every emitted token, the target law it was
+emitted under, p(· | its prefix) — the row the verifier (or the bonus draw) used — so a
+study gets the target's exact distributions along a generation without a second forward.
+``record_expected=True`` records per step the exact expected number of accepted drafts
+given the drafted tree (``RunStats.expected_lengths``): averaged over steps it estimates
+the accepted length without the sampling noise of the realised counts.
 """
 
 from __future__ import annotations
@@ -30,23 +36,34 @@ from typing import Protocol
 
 import torch
 
-from specbound.engine.drafters import DraftLevel, DraftTree
-from specbound.engine.lm import CausalLM
+from specbound.checks import positive_int
+from specbound.engine.lm import CausalLM, Entries
 from specbound.engine.methods import Method
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
+from specbound.engine.tree import DraftTree
 
 
 class Drafter(Protocol):
     vocab_size: int
 
-    def reset(self, prompt_ids: list[int]) -> None: ...
+    def reset(self, prompts: list[list[int]]) -> None: ...
 
-    def draft(
-        self, context: list[int], levels: list[DraftLevel], generator: torch.Generator
-    ) -> DraftTree: ...
+    def draft(self, contexts: list[list[int]], method: Method, depths: list[int],
+              generators: list[torch.Generator]) -> list[DraftTree]: ...
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None: ...
+    def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None: ...
+
+    def select_rows(self, rows: list[int]) -> None: ...
+
+
+class Streamer(Protocol):
+    """transformers' streamer interface (``TextStreamer`` fits): ``put`` gets the prompt
+    once, then the new tokens of every step; ``end`` closes the stream."""
+
+    def put(self, value: torch.Tensor) -> None: ...
+
+    def end(self) -> None: ...
 
 
 @dataclass
@@ -67,25 +84,32 @@ class StepOutcome:
     target_probs: list[torch.Tensor] = field(default_factory=list)  # [1, vocab] per emitted token
 
 
-class Decoder:
-    """Target model + drafter + the shared logits processing; ``generate`` runs a method."""
+@dataclass
+class _Sequence:
+    """One sequence of a batch while it decodes."""
 
-    def __init__(
-        self,
-        target: CausalLM,
-        drafter: Drafter | None,
-        processing: Processing,
-        eos_token_ids=(),
-    ):
+    index: int  # position in the caller's list
+    context: list[int]
+    generator: torch.Generator
+    stats: RunStats = field(default_factory=RunStats)
+    new_tokens: list[int] = field(default_factory=list)
+    rows: list[torch.Tensor] = field(default_factory=list)
+    finish_reason: str = "length"
+    done: bool = False
+
+
+class Decoder:
+    """Target model + drafter + the shared logits processing; ``generate`` and
+    ``generate_batch`` run a method."""
+
+    def __init__(self, target: CausalLM, drafter: Drafter | None, processing: Processing, eos_token_ids=()):
         self.target = target
         self.drafter = drafter
         self.processing = processing
         self.eos_token_ids = frozenset(int(token) for token in eos_token_ids)
         self.vocab_size = processing.vocab_size or target.logits_size
         if processing.vocab_size is not None and processing.vocab_size > target.logits_size:
-            raise ValueError(
-                f"vocab_size: {processing.vocab_size} exceeds the target's {target.logits_size} logits"
-            )
+            raise ValueError(f"vocab_size: {processing.vocab_size} exceeds the target's {target.logits_size} logits")
         if drafter is not None and drafter.vocab_size != self.vocab_size:
             raise ValueError(
                 f"drafter: draft vocabulary of {drafter.vocab_size} tokens differs from the "
@@ -93,89 +117,115 @@ class Decoder:
                 "processing's vocab_size to the shared tokenizer size"
             )
 
-    def generate(
-        self,
-        prompt_ids,
-        method: Method,
-        max_new_tokens: int,
-        generator: torch.Generator,
-        record_target_probs: bool = False,
-    ) -> Generation:
-        """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``;
-        ``record_target_probs`` keeps the target law of every emitted token
-        (``Generation.target_probs``)."""
-        prompt = [int(token) for token in prompt_ids]
-        if not prompt:
-            raise ValueError("prompt_ids: expected at least one token")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected a positive integer, got {max_new_tokens!r}")
-        if not isinstance(generator, torch.Generator):
-            raise ValueError(f"generator: expected a torch.Generator, got {type(generator).__name__}")
-        if method.depth > 0 and self.drafter is None:
-            raise ValueError(f"method: {method.name} drafts tokens but the decoder has no drafter")
+    def generate(self, prompt_ids, method: Method, max_new_tokens: int, generator: torch.Generator,
+                 record_target_probs: bool = False, record_expected: bool = False,
+                 streamer: Streamer | None = None) -> Generation:
+        """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``
+        (module docstring); ``streamer`` receives the tokens as they are accepted."""
+        return self.generate_batch([prompt_ids], method, max_new_tokens, [generator], record_target_probs,
+                                   record_expected, streamer)[0]
 
-        stats = RunStats()
+    def generate_batch(self, prompts, method: Method, max_new_tokens: int, generators,
+                       record_target_probs: bool = False, record_expected: bool = False,
+                       streamer: Streamer | None = None) -> list[Generation]:
+        """Decode the sequences ``prompts`` together, sequence b drawing its randomness from
+        ``generators[b]``: each gets exactly the tokens ``generate`` gives it alone with the
+        same generator state. Its ``stats`` hold its own counts; the phase times and the
+        wall time are the batch's."""
+        prompts = [[int(token) for token in prompt] for prompt in prompts]
+        self._check(prompts, method, max_new_tokens, generators, streamer)
+        batch_stats = RunStats()
         started = time.perf_counter()
-        with stats.timed("prefill"):
-            self.target.reset()
-            if len(prompt) > 1:
-                self.target.extend(prompt[:-1], last_only=True)
+        sequences = [_Sequence(index, list(prompt), generator) for index, (prompt, generator)
+                     in enumerate(zip(prompts, generators))]
+        with batch_stats.timed("prefill"):
+            self.target.reset(len(prompts))
+            for row, prompt in enumerate(prompts):
+                if len(prompt) > 1:
+                    self.target.prefill(row, prompt[:-1])
             if method.depth > 0:
-                self.drafter.reset(prompt)
-        context, new_tokens, finish_reason = list(prompt), [], "length"
-        rows: list[torch.Tensor] = []
-        while len(new_tokens) < max_new_tokens:
-            depth = min(method.depth, max_new_tokens - len(new_tokens) - 1)
-            outcome = self._step(context, method, depth, generator, stats)
-            emitted = outcome.emitted[: max_new_tokens - len(new_tokens)]
-            for index, token in enumerate(emitted):
-                if token in self.eos_token_ids:
-                    emitted, finish_reason = emitted[: index + 1], "eos"
-                    break
-            new_tokens += emitted
-            context += emitted
-            if record_target_probs:
-                rows += outcome.target_probs[: len(emitted)]
-            if finish_reason == "eos":
-                break
-        stats.tokens_generated = len(new_tokens)
-        stats.wall_seconds = time.perf_counter() - started
-        probs = torch.cat(rows) if record_target_probs else None
-        return Generation(new_tokens, finish_reason, stats, probs)
+                self.drafter.reset(prompts)
+        if streamer is not None:
+            streamer.put(torch.tensor(prompts[0]))
+        active = list(sequences)
+        while active:
+            outcomes = self._step(active, method, max_new_tokens, batch_stats, record_expected)
+            for sequence, outcome in zip(active, outcomes):
+                emitted = self._emit(sequence, outcome, max_new_tokens, record_target_probs)
+                if streamer is not None and emitted:
+                    streamer.put(torch.tensor(emitted))
+            remaining = [row for row, sequence in enumerate(active) if not sequence.done]
+            if len(remaining) < len(active):
+                self.target.select_rows(remaining)
+                if method.depth > 0:
+                    self.drafter.select_rows(remaining)
+                active = [active[row] for row in remaining]
+        if streamer is not None:
+            streamer.end()
+        wall = time.perf_counter() - started
+        generations = []
+        for sequence in sequences:
+            stats = sequence.stats
+            stats.tokens_generated = len(sequence.new_tokens)
+            stats.seconds = dict(batch_stats.seconds)
+            stats.wall_seconds = wall
+            probs = torch.cat(sequence.rows) if record_target_probs and sequence.rows else None
+            generations.append(Generation(sequence.new_tokens, sequence.finish_reason, stats, probs))
+        return generations
 
-    def _step(self, context, method, depth, generator, stats) -> StepOutcome:
+    # -- one step ----------------------------------------------------------------------------
+    def _step(self, active: list[_Sequence], method: Method, max_new_tokens: int, stats: RunStats,
+              record_expected: bool) -> list[StepOutcome]:
+        depths = [min(method.depth, max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
+        contexts = [sequence.context for sequence in active]
         with stats.timed("draft"):
-            if depth > 0:
-                tree = self.drafter.draft(context, method.levels(depth), generator)
+            if max(depths) > 0:
+                trees = self.drafter.draft(contexts, method, depths, [sequence.generator for sequence in active])
             else:
-                tree = DraftTree.root_only(context[-1])
+                trees = [DraftTree.root_only(context[-1]) for context in contexts]
         with stats.timed("target"):
-            pending = context[self.target.committed_length :]
-            first = self.target.length
-            parents = [first - 1 + i for i in range(len(pending))]
-            parents += [first + len(pending) - 1 + parent for parent in tree.parents[1:]]
-            scores = self.target.extend_tree(pending + tree.tokens[1:], parents)
-        outcome = self._walk(tree, scores, len(pending) - 1, method, generator, stats)
+            entries, pending_counts = [], []
+            for row, (context, tree) in enumerate(zip(contexts, trees)):
+                pending = context[self.target.lengths[row]:]
+                root = len(pending) - 1
+                entries.append(Entries(pending + tree.tokens[1:],
+                                       [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
+                pending_counts.append(len(pending))
+            scores = self.target.score(entries)
+        outcomes = [self._verify(scores, row, tree, pending_counts[row] - 1, method, sequence, stats, record_expected)
+                    for row, (tree, sequence) in enumerate(zip(trees, active))]
         with stats.timed("target"):
-            root = first + len(pending) - 1
-            self.target.commit(list(range(first, root + 1)) + [root + node for node in outcome.path])
-        if depth > 0:
+            self.target.commit([list(range(count - 1)) + [count - 1] + [count - 1 + node for node in outcome.path]
+                                for count, outcome in zip(pending_counts, outcomes)])
+        if max(depths) > 0:
             with stats.timed("draft"):
-                self.drafter.commit(tree, outcome.path)
-        stats.steps += 1
-        stats.target_calls += 1
-        stats.draft_calls += tree.forward_calls
-        stats.rejections += int(outcome.rejected)
-        stats.accepted_lengths.append(len(outcome.path))
-        return outcome
+                self.drafter.commit(trees, [outcome.path for outcome in outcomes])
+        for tree, outcome, sequence in zip(trees, outcomes, active):
+            sequence.stats.steps += 1
+            sequence.stats.target_calls += 1
+            sequence.stats.draft_calls += tree.forward_calls
+            sequence.stats.rejections += int(outcome.rejected)
+            sequence.stats.accepted_lengths.append(len(outcome.path))
+            sequence.stats.tree_sizes.append(len(tree) - 1)
+        return outcomes
 
-    def _walk(self, tree, scores, root_row, method, generator, stats) -> StepOutcome:
-        """Verify from the root down; see the module docstring, step 3. Tree node i is
-        row ``root_row + i`` of the target's ``scores``."""
+    def _verify(self, scores, row: int, tree: DraftTree, root_entry: int, method: Method, sequence: _Sequence,
+                stats: RunStats, record_expected: bool) -> StepOutcome:
+        if method.tree_verifier is not None and len(tree) > 1:
+            return self._verify_tree(scores, row, tree, root_entry, method, sequence, stats, record_expected)
+        if record_expected and len(tree) > 1:
+            with stats.timed("verify"):
+                sequence.stats.expected_lengths.append(self._expected_tokenwise(scores, row, tree, root_entry, method))
+        return self._walk(scores, row, tree, root_entry, method, sequence, stats)
+
+    def _walk(self, scores, row, tree, root_entry, method, sequence, stats) -> StepOutcome:
+        """Verify from the root down (module docstring, step 3). Tree node i is entry
+        ``root_entry + i`` of the row's scores."""
         node, path, emitted, rows = 0, [], [], []
+        generator = sequence.generator
         while True:
             with stats.timed("target"):
-                logits = scores.logits(root_row + node)  # [1, logits]
+                logits = scores.logits(row, root_entry + node)  # [1, logits]
             with stats.timed("verify"):
                 target_probs = self.processing.probs(logits)  # [1, vocab]
                 rows.append(target_probs)
@@ -184,14 +234,92 @@ class Decoder:
                     return StepOutcome(path, emitted, rejected=False, target_probs=rows)
                 draft_tokens = tree.draft_tokens[node]  # [n]
                 verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
-                verdict = verifier.verify_torch(
-                    target_probs, tree.draft_probs[node][None], draft_tokens[None], generator
-                )
+                verdict = verifier.verify_torch(target_probs, tree.draft_probs[node][None], draft_tokens[None], generator)
             token = int(verdict.tokens[0])
             emitted.append(token)
             child = tree.children[node].get(token)
-            stats.record_position(tree.depths[node], child is not None)
+            sequence.stats.record_position(tree.depths[node], child is not None, tree.ranks[child] if child else None)
             if child is None:
                 return StepOutcome(path, emitted, rejected=True, target_probs=rows)
             path.append(child)
             node = child
+
+    def _node_rows(self, scores, row, tree, root_entry, stats):
+        with stats.timed("target"):
+            logits = scores.logits(row, [root_entry + node for node in range(len(tree))])
+        with stats.timed("verify"):
+            return self.processing.probs(logits)  # [nodes, vocab]
+
+    def _verify_tree(self, scores, row, tree, root_entry, method, sequence, stats, record_expected) -> StepOutcome:
+        """A whole-tree verifier (block, traversal) decides the accepted path at once."""
+        from specbound.verifiers.tree import drafted_tree
+
+        target_rows = self._node_rows(scores, row, tree, root_entry, stats)
+        with stats.timed("verify"):
+            drafted = drafted_tree(tree, target_rows)
+            verifier = method.tree_verifier
+            if record_expected:
+                sequence.stats.expected_lengths.append(float(verifier.expected_accepted(drafted)))
+            uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64)
+            node, token = verifier.verify_tree(drafted, uniforms.numpy())
+        path = tree.path_to(node)
+        for depth, child in enumerate(path):
+            sequence.stats.record_position(depth, True, tree.ranks[child])
+        rejected = bool(tree.draft_tokens.get(node) is not None)  # stopped below a node that had drafts
+        if node in tree.draft_tokens or tree.depths[node] < tree.depth:
+            sequence.stats.record_position(tree.depths[node], False, None)
+        emitted = [tree.tokens[child] for child in path] + [int(token)]
+        rows = [target_rows[[0] + path][i : i + 1] for i in range(len(path) + 1)]
+        return StepOutcome(path, emitted, rejected=rejected, target_probs=rows)
+
+    def _expected_tokenwise(self, scores, row, tree, root_entry, method) -> float:
+        """Exact E[accepted drafts | this tree] of top-down verification: E(v) =
+        Σ_children π(c | v's drafts)·(1 + E(c)), π the depth's verifier's output law."""
+        target_rows = self.processing.probs(scores.logits(row, [root_entry + node for node in range(len(tree))]))
+        target64 = target_rows.double()
+        target64 = (target64 / target64.sum(dim=-1, keepdim=True)).numpy()
+        expected = [0.0] * len(tree)
+        for node in sorted(tree.draft_tokens, key=lambda n: -tree.depths[n]):
+            drafts = tree.draft_tokens[node]
+            verifier = method.verifier_at(tree.depths[node], drafts.shape[0])
+            draft64 = tree.draft_probs[node].double()
+            law = verifier.output_law(target64[node], (draft64 / draft64.sum()).numpy(), drafts.numpy()[None])[0]
+            expected[node] = float(sum(law[token] * (1.0 + expected[child]) for token, child in tree.children[node].items()))
+        return expected[0]
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _emit(self, sequence: _Sequence, outcome: StepOutcome, max_new_tokens: int, record_target_probs: bool) -> list[int]:
+        """Append the step's tokens to the sequence, up to an EOS or the length limit."""
+        emitted = outcome.emitted[: max_new_tokens - len(sequence.new_tokens)]
+        for index, token in enumerate(emitted):
+            if token in self.eos_token_ids:
+                emitted, sequence.finish_reason = emitted[: index + 1], "eos"
+                break
+        sequence.new_tokens += emitted
+        sequence.context += emitted
+        if record_target_probs:
+            sequence.rows += outcome.target_probs[: len(emitted)]
+        sequence.done = sequence.finish_reason == "eos" or len(sequence.new_tokens) >= max_new_tokens
+        return emitted
+
+    def _check(self, prompts, method, max_new_tokens, generators, streamer) -> None:
+        if not prompts or any(not prompt for prompt in prompts):
+            raise ValueError("prompt_ids: expected at least one token per prompt")
+        positive_int("max_new_tokens", max_new_tokens)
+        if len(generators) != len(prompts) or not all(isinstance(g, torch.Generator) for g in generators):
+            raise ValueError(f"generator: expected one torch.Generator per prompt ({len(prompts)})")
+        if method.depth > 0 and self.drafter is None:
+            raise ValueError(f"method: {method.name} drafts tokens but the decoder has no drafter")
+        if streamer is not None and len(prompts) != 1:
+            raise ValueError("streamer: streams one sequence; use generate")
+        limit = self.target.max_positions
+        longest = max(len(prompt) for prompt in prompts)
+        if limit is not None and longest + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt_ids: {longest} prompt tokens + {max_new_tokens} new tokens exceed the model's {limit} "
+                "positions (max_position_embeddings)"
+            )
+        for prompt in prompts:
+            if max(prompt) >= self.vocab_size or min(prompt) < 0:
+                raise ValueError(f"prompt_ids: token ids must lie in [0, {self.vocab_size})")
+

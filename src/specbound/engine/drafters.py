@@ -1,143 +1,124 @@
-"""Drafters: build the draft tree of one decoding step (SPEC.md §6).
+"""Drafters: build the draft tree of one decoding step for every sequence of a batch
+(SPEC.md §6; the tree itself: ``engine.tree``).
 
-A draft tree's node 0 is the **root**, the last committed token; every other node is a
-drafted token. An **internal** node carries the draft law q(·|node's prefix) it was
-expanded with and the n draft tokens drawn from exactly that law (in drawn order,
-duplicates kept — the verifier sees them all). Duplicate draft tokens share one child
-node: the subtree below a child is drafted given that child's token only, independently
-of the verifier's randomness, so one shared subtree has the same law as separately
-drafted copies and the walk stays lossless; sharing only saves forwards.
+- ``ModelDrafter``: a draft language model; each depth of the trees of all sequences is
+  scored by one tree-attention forward and expanded node by node: the method's shape says
+  how many children a node gets (``engine.methods``), the depth's draft scheme draws them
+  (SPEC.md §4.1) from the very law later handed to the verifier.
+- ``PromptLookupDrafter``: copies the continuation of the latest earlier occurrence of the
+  context's last n-gram; its draft law is a point mass (deterministic drafts, SPEC.md §6).
 
-Two drafters:
-- ``ModelDrafter``: a draft language model; each level of the tree is scored by one
-  tree-attention forward and expanded by a draft scheme (SPEC.md §4.1).
-- ``PromptLookupDrafter``: copies the continuation of the latest earlier occurrence of
-  the context's last n-gram; its draft law is a point mass (deterministic drafts, SPEC.md §6).
+Every sequence draws from its own ``torch.Generator``, in the same order as when it is
+decoded alone: a sequence's tokens do not depend on the batch it is in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
+from specbound.checks import positive_int
 from specbound.drafts import get_draft_scheme
-from specbound.engine.lm import CausalLM
+from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.methods import Levels
 from specbound.engine.processing import PROBS_DTYPE, Processing
+from specbound.engine.tree import DraftTree
 
 
-@dataclass(frozen=True)
-class DraftLevel:
-    """How the nodes at one depth are expanded: ``num_drafts`` tokens from ``scheme``."""
-
-    num_drafts: int
-    scheme: str
-
-
-@dataclass
-class DraftTree:
-    tokens: list[int]  # [nodes]; node 0 is the root (last committed token)
-    parents: list[int]  # [nodes]; the root's parent is -1
-    depths: list[int]  # [nodes]; the root has depth 0
-    children: list[dict[int, int]]  # per node: draft token -> child node
-    draft_tokens: dict[int, torch.Tensor] = field(default_factory=dict)  # internal node -> [n]
-    draft_probs: dict[int, torch.Tensor] = field(default_factory=dict)  # internal node -> [vocab]
-    forward_calls: int = 0  # draft-model forwards spent building the tree
-
-    @classmethod
-    def root_only(cls, root_token: int) -> DraftTree:
-        return cls(tokens=[root_token], parents=[-1], depths=[0], children=[{}])
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def expand(self, node: int, draft_probs: torch.Tensor, draft_tokens: torch.Tensor) -> list[int]:
-        """Record node's draft law and drafts; add one child per distinct token; return
-        the new child nodes.  # draft_probs [vocab], draft_tokens [n]"""
-        self.draft_probs[node] = draft_probs
-        self.draft_tokens[node] = draft_tokens
-        new_children = []
-        for token in draft_tokens.tolist():
-            if token not in self.children[node]:
-                self.children[node][token] = len(self.tokens)
-                new_children.append(len(self.tokens))
-                self.tokens.append(token)
-                self.parents.append(node)
-                self.depths.append(self.depths[node] + 1)
-                self.children.append({})
-        return new_children
-
-
-def draw_drafts(
-    level: DraftLevel, draft_probs: torch.Tensor, generator: torch.Generator
-) -> torch.Tensor:
-    """``level.num_drafts`` tokens from one node's draft law with ``level.scheme``, as many
-    as the law allows (``DraftScheme.effective_num_drafts``, ``for_num_drafts``).
-    # draft_probs [vocab] -> [num_drafts'] long
-    """
-    scheme = get_draft_scheme(level.scheme)
-    num_drafts = scheme.effective_num_drafts(level.num_drafts, int((draft_probs > 0).sum()))
-    return scheme.for_num_drafts(num_drafts).sample_torch(draft_probs[None], num_drafts, generator)[0]
+def draw_drafts(scheme_name: str, num_drafts: int, draft_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``num_drafts`` tokens from one node's draft law with the scheme ``scheme_name``, as
+    many as the law allows (``DraftScheme.effective_num_drafts``, ``for_num_drafts``).
+    # draft_probs [vocab] -> [num_drafts'] long"""
+    scheme = get_draft_scheme(scheme_name)
+    count = scheme.effective_num_drafts(num_drafts, int((draft_probs > 0).sum()))
+    return scheme.for_num_drafts(count).sample_torch(draft_probs[None], count, generator)[0]
 
 
 class ModelDrafter:
-    """Draft with a small language model, one tree-attention forward per tree level.
-
-    The draft model's cache follows the committed sequence lazily: tokens committed since
-    its last forward (at least the last one) are fed at the start of the next tree.
-    """
+    """Draft with a small language model, one tree-attention forward per depth for the
+    whole batch. The draft model's cache follows each committed sequence lazily: tokens
+    committed since its last forward (at least the last one) are fed at the start of the
+    next tree."""
 
     def __init__(self, lm: CausalLM, processing: Processing):
         self.lm = lm
         self.processing = processing
-        self._pending_positions: list[int] = []  # cache positions of the tokens fed last, root last
-        self._node_positions: list[int] = []  # cache position of each scored node (0 = root)
+        self._fed: list[int] = []  # per row: tokens fed as pending at the start of this step
+        self._entries: list[dict[int, int]] = []  # per row: tree node -> pending entry of the draft cache
 
     @property
     def vocab_size(self) -> int:
         """Size of the draft probability rows (after dropping vocabulary padding)."""
         return self.processing.vocab_size or self.lm.logits_size
 
-    def reset(self, prompt_ids: list[int]) -> None:
-        """Start a sequence: prefill the prompt except its last token."""
-        self.lm.reset()
-        if len(prompt_ids) > 1:
-            self.lm.extend(prompt_ids[:-1], last_only=True)
+    def reset(self, prompts: list[list[int]]) -> None:
+        """Start a batch of sequences: prefill each prompt except its last token."""
+        self.lm.reset(len(prompts))
+        for row, prompt in enumerate(prompts):
+            if len(prompt) > 1:
+                self.lm.prefill(row, prompt[:-1])
 
-    def draft(
-        self, context: list[int], levels: list[DraftLevel], generator: torch.Generator
-    ) -> DraftTree:
-        """Draft a tree of depth ``len(levels)`` below the last token of ``context``."""
-        tree = DraftTree.root_only(context[-1])
-        pending = context[self.lm.committed_length :]
-        first = self.lm.length
-        parents = [first - 1 + i for i in range(len(pending))]
-        logits = self.lm.extend_tree(pending, parents).logits([-1])
-        self._pending_positions = list(range(first, first + len(pending)))
-        self._node_positions = self._pending_positions[-1:]
-        frontier = [0]
-        for depth, level in enumerate(levels):
-            frontier_probs = self.processing.probs(logits)  # [frontier, vocab]
-            new_nodes = []
-            for node, draft_probs in zip(frontier, frontier_probs):
-                new_nodes += tree.expand(node, draft_probs, draw_drafts(level, draft_probs, generator))
-            if depth + 1 == len(levels):
+    def draft(self, contexts: list[list[int]], method, depths: list[int], generators: list[torch.Generator]) -> list[DraftTree]:
+        """Draft one tree per sequence, at most ``depths[b]`` deep, below the last token of
+        ``contexts[b]``."""
+        trees = [DraftTree.root_only(context[-1]) for context in contexts]
+        rows = [b for b, depth in enumerate(depths) if depth > 0]
+        self._fed = [0] * len(contexts)
+        self._entries = [{} for _ in contexts]
+        if not rows:
+            return trees
+        entries = [Entries([], []) for _ in contexts]
+        for b in rows:
+            pending = contexts[b][self.lm.lengths[b]:]
+            entries[b] = Entries.chain(pending)
+            self._fed[b] = len(pending)
+            self._entries[b][0] = len(pending) - 1
+        scores = self.lm.score(entries)
+        frontier = {b: [0] for b in rows}
+        logit_rows = {b: [self._fed[b] - 1] for b in rows}
+        for depth in range(max(depths)):
+            pairs = [(b, entry) for b in frontier for entry in logit_rows[b]]
+            probs = self.processing.probs(scores.logits_of(pairs))  # [frontier of all rows, vocab]
+            offset, grown = 0, {}
+            for b, nodes in frontier.items():
+                tree = trees[b]
+                row_probs = probs[offset : offset + len(nodes)]
+                offset += len(nodes)
+                counts = method.shape.counts(depth, [tree.reach[node] for node in nodes], row_probs, len(tree) - 1)
+                scheme = method.scheme_at(depth)
+                new_nodes = []
+                for node, draft_probs, count in zip(nodes, row_probs, counts):
+                    if count:
+                        new_nodes += tree.expand(node, draft_probs, draw_drafts(scheme, count, draft_probs, generators[b]),
+                                                 scheme)
+                tree.forward_calls = depth + 1
+                if new_nodes and depth + 1 < depths[b]:
+                    grown[b] = new_nodes
+            if not grown:
                 break
-            start = self.lm.length
-            logits = self.lm.extend_tree(
-                [tree.tokens[node] for node in new_nodes],
-                [self._node_positions[tree.parents[node]] for node in new_nodes],
-            ).logits()
-            self._node_positions += list(range(start, start + len(new_nodes)))
-            frontier = new_nodes
-        tree.forward_calls = len(levels)
-        return tree
+            entries = [Entries([], []) for _ in contexts]
+            for b, new_nodes in grown.items():
+                tree, known = trees[b], self._entries[b]
+                base = self._fed[b] + len(known) - 1
+                entries[b] = Entries([tree.tokens[node] for node in new_nodes],
+                                     [known[tree.parents[node]] for node in new_nodes])
+                for index, node in enumerate(new_nodes):
+                    known[node] = base + index
+            scores = self.lm.score(entries)
+            frontier = grown
+            logit_rows = {b: list(range(len(nodes))) for b, nodes in grown.items()}
+        return trees
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None:
-        """Keep the fed tokens and the scored nodes of the accepted ``path`` (the deepest
+    def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None:
+        """Keep the fed tokens and the scored nodes of each accepted path (the deepest
         level is never scored; it is fed with the next tree)."""
-        scored = [self._node_positions[node] for node in path if node < len(self._node_positions)]
-        self.lm.commit(self._pending_positions + scored)
+        kept = []
+        for b, path in enumerate(paths):
+            scored = [self._entries[b][node] for node in path if node in self._entries[b]]
+            kept.append(list(range(self._fed[b])) + scored)
+        self.lm.commit(kept)
+
+    def select_rows(self, rows: list[int]) -> None:
+        self.lm.select_rows(rows)
 
 
 class PromptLookupDrafter:
@@ -149,7 +130,8 @@ class PromptLookupDrafter:
     """
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
+        positive_int("min_ngram", min_ngram)
+        if not min_ngram <= max_ngram:
             raise ValueError(
                 f"min_ngram, max_ngram: need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}"
             )
@@ -157,7 +139,7 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def reset(self, prompt_ids: list[int]) -> None:
+    def reset(self, prompts: list[list[int]]) -> None:
         """Nothing to prepare: the drafter reads the context at every step."""
 
     def propose(self, context: list[int], length: int) -> list[int]:
@@ -169,21 +151,25 @@ class PromptLookupDrafter:
                     return context[start + ngram : start + ngram + length]
         return []
 
-    def draft(
-        self, context: list[int], levels: list[DraftLevel], generator: torch.Generator
-    ) -> DraftTree:
-        if any(level.num_drafts != 1 for level in levels):
+    def draft(self, contexts, method, depths, generators) -> list[DraftTree]:
+        return [self.draft_one(context, method, depth) for context, depth in zip(contexts, depths)]
+
+    def draft_one(self, context: list[int], method, depth: int) -> DraftTree:
+        if depth and not (isinstance(method.shape, Levels) and set(method.shape.branching) == {1}):
             raise ValueError(
                 "method: prompt lookup proposes a single chain; use a method with one draft "
                 "per node (chain, decoding_opt, decoding_uno)"
             )
         tree = DraftTree.root_only(context[-1])
         node = 0
-        for token in self.propose(context, len(levels)):
+        for token in self.propose(context, depth):
             point_mass = torch.zeros(self.vocab_size, dtype=PROBS_DTYPE)
             point_mass[token] = 1.0
-            node = tree.expand(node, point_mass, torch.tensor([token]))[0]
+            node = tree.expand(node, point_mass, torch.tensor([token]), "with_replacement")[0]
         return tree
 
-    def commit(self, tree: DraftTree, path: list[int]) -> None:
+    def commit(self, trees, paths) -> None:
         """Nothing to keep: the drafter has no cache."""
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Nothing to drop: the drafter has no cache."""

@@ -1,76 +1,96 @@
-"""A causal language model with its KV cache: a committed sequence plus a speculative tree.
+"""A causal language model with its KV cache, for a batch of sequences each made of a
+committed prefix plus pending speculative entries.
 
-The cache holds two parts:
-- the **committed** prefix, positions ``0 .. committed_length − 1``: an ordinary causal
-  sequence;
-- **speculative** entries after it, each with a parent (the previous committed position
-  or an earlier speculative entry). A speculative entry attends to the committed prefix,
-  its speculative ancestors and itself — tree attention — and its position id is its
-  parent's plus one, so a node at depth k of a tree sees exactly the context it would
-  see in a plain sequential forward.
+Per row (sequence) b the cache holds
+- the **committed** prefix, positions ``0 .. L_b − 1``: an ordinary causal sequence;
+- **pending** entries scored since the last ``commit``, each with a parent: the row's
+  last committed token (parent −1) or an earlier pending entry. A pending entry attends
+  to the committed prefix, its pending ancestors and itself — tree attention — and its
+  position id is its parent's plus one, so a node at depth k of a tree sees exactly the
+  context it would see in a plain sequential forward.
 
-One ``extend_tree`` call scores any number of speculative entries in one forward (a 4D
-additive attention mask, position ids = committed length + depth); ``commit`` then keeps
-the one accepted path and drops every other speculative entry (rollback).
+``score`` runs one forward over every row's new entries (rows padded to the longest);
+``commit`` then keeps one path of pending entries per row as committed and drops the rest
+(rollback). When every row's entries form one causal chain right after its committed
+prefix (plain decoding and chains with a single sequence), no mask is built at all: the
+model's own causal attention is exactly tree attention there. Otherwise a 4D additive mask
+``[batch, 1, new, columns]`` says who sees whom (transformers uses it as given, for the
+eager and the SDPA attention alike).
 
 The output head (vocabulary × hidden: for a small model the largest matrix) is applied
-only to the rows that are read (``Scores.logits``): the verification of a tree visits
-one path, so the head's cost on the other nodes is saved. This needs the model's logits
-to be ``head(base_model(x))``, which is checked once per model; other models get their
-full logits from every forward.
+only to the rows that are read (``Scores.logits``): verification visits one path of a tree,
+so the head's cost on the other nodes is saved. This needs the model's logits to be
+``head(base_model(x))``, which is checked once per model; other models get their full
+logits from every forward.
 
 An optional **prefill twin** (the same architecture and weights in a wider dtype, e.g.
-``copy.deepcopy(model).float()``) runs the first long ``extend`` on an empty cache. On a
-CPU without native bfloat16 units (AVX2), a bfloat16 forward costs time linear in its
-rows — a long prompt prefill is several times slower than in float32 — while one-token
-decoding is fastest in bfloat16. The twin's keys and values are converted to the model's
-dtype into the cache, its last hidden states go through the model's own head, and every
-later forward is the model's own.
+``copy.deepcopy(model).float()``) runs a long first prefill of a row: on a CPU without
+native bfloat16 units a bfloat16 forward costs time linear in its rows, so a long prompt
+is several times faster in float32, while one-token decoding is fastest in bfloat16. The
+twin's keys and values are converted to the model's dtype into the cache, its last hidden
+states go through the model's own head, and every later forward is the model's own.
 
-Written against the transformers 5.x cache API: a ``DynamicCache`` whose layers hold
-``keys``/``values`` of shape ``[batch, kv_heads, seq, head_dim]``; a 4D float mask passed
-as ``attention_mask`` is used as given by both the eager and the SDPA attention.
+Written against the transformers 5.x cache API (``engine.cache``).
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 
-import numpy as np
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+
+from specbound.checks import positive_int
+from specbound.engine.cache import SpeculativeCache
+
+
+@dataclass(frozen=True)
+class Entries:
+    """New entries of one row for one forward: tokens and their parents (−1: the row's
+    last committed token; i ≥ 0: the row's pending entry i, numbered in order of scoring
+    since the last commit, this call's entries included)."""
+
+    tokens: list[int]
+    parents: list[int]
+
+    @classmethod
+    def chain(cls, tokens, after: int = -1) -> Entries:
+        """A chain of tokens below ``after`` (−1 or a pending entry)."""
+        tokens = [int(token) for token in tokens]
+        return cls(tokens, [after] + [after + 1 + i if after >= 0 else i for i in range(len(tokens) - 1)])
 
 
 class Scores:
-    """Next-token logits of the entries of one forward, the output head applied on demand."""
+    """Next-token logits of the entries of one forward, the output head applied on demand.
+    Entry (row, i) is the row's i-th new entry of that forward."""
 
-    def __init__(self, states: torch.Tensor, head):
-        self._states = states  # [n, hidden] (or [n, logits] with head = identity)
+    def __init__(self, states: torch.Tensor, head, counts: list[int]):
+        self._states = states  # [batch, new, hidden] (or [batch, new, logits] with head = identity)
         self._head = head
+        self.counts = counts  # new entries per row
 
-    def __len__(self) -> int:
-        return self._states.shape[0]
-
-    def logits(self, rows=None) -> torch.Tensor:
-        """Logits of ``rows`` (an index, list or slice; None = all).  # -> [k, logits] float32"""
-        states = self._states if rows is None else self._states[rows]
+    def logits(self, row: int = 0, entries=None) -> torch.Tensor:
+        """Logits of ``entries`` of ``row`` (a non-negative index, a list of them or a slice;
+        None = all of the row's new entries).
+        # -> [k, logits] float32"""
+        states = self._states[row, : self.counts[row]] if entries is None else self._states[row, entries]
         if states.ndim == 1:
             states = states[None]
         with torch.no_grad():
             return self._head(states).float()
 
+    def logits_of(self, pairs: list[tuple[int, int]]) -> torch.Tensor:
+        """Logits of (row, entry) pairs, the head applied once to all of them.  # -> [k, logits]"""
+        rows = torch.tensor([row for row, _ in pairs], dtype=torch.long)
+        entries = torch.tensor([entry for _, entry in pairs], dtype=torch.long)
+        with torch.no_grad():
+            return self._head(self._states[rows, entries]).float()
+
 
 class CausalLM:
-    """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and its cache.
-
-    ``forward_calls`` counts model forwards since the last ``reset`` (a prefill by the
-    twin counts as one).
-
-    ``prefill_model``: optional twin of ``model`` (same architecture and weights, usually a
-    wider dtype) that runs ``extend`` on an empty cache when it has at least
-    ``prefill_min_tokens`` tokens; see the module docstring.
-    """
+    """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and a batched
+    cache (module docstring). ``forward_calls`` counts model forwards since the last
+    ``reset`` (a row's prefill counts as one)."""
 
     def __init__(
         self,
@@ -78,23 +98,17 @@ class CausalLM:
         prefill_model: torch.nn.Module | None = None,
         prefill_min_tokens: int = 16,
     ):
-        if (
-            isinstance(prefill_min_tokens, bool)
-            or not isinstance(prefill_min_tokens, int)
-            or prefill_min_tokens < 1
-        ):
-            raise ValueError(
-                f"prefill_min_tokens: expected a positive int, got {prefill_min_tokens!r}"
-            )
+        self.prefill_min_tokens = positive_int("prefill_min_tokens", prefill_min_tokens)
         self.model = model.eval()
         self._cache_argument = _cache_argument(model)
         self._head = model.get_output_embeddings()
+        self._num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        _check_full_attention(model)
         self._factorized = self._logits_are_head_of_base_model()
         if prefill_model is not None:
             _check_twin(model, prefill_model)
             prefill_model = prefill_model.eval()
         self.prefill_model = prefill_model
-        self.prefill_min_tokens = prefill_min_tokens
         self.reset()
 
     @property
@@ -108,126 +122,203 @@ class CausalLM:
     @property
     def logits_size(self) -> int:
         """Number of logits per position (the model's vocabulary, padding included)."""
-        return self.model.get_output_embeddings().weight.shape[0]
+        return self._head.weight.shape[0]
 
-    def reset(self) -> None:
-        """Forget everything: empty cache, no committed or speculative entries."""
-        self.cache = DynamicCache(config=self.model.config)
-        self.committed_length = 0
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model's position embeddings cover (None if unknown)."""
+        return getattr(self.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+
+    def reset(self, batch_size: int = 1) -> None:
+        """Forget everything: an empty cache for ``batch_size`` rows."""
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.cache = SpeculativeCache(self._num_layers)
+        self.lengths = [0] * self.batch_size  # committed entries per row
         self.forward_calls = 0
-        self._parents: list[int] = []  # absolute parent position of each speculative entry
-        self._positions: list[int] = []  # position id of each speculative entry
-        self._ancestors: list[list[int]] = []  # speculative ancestors-or-self of each entry
+        self._pending: list[list[_Pending]] = [[] for _ in range(self.batch_size)]
+
+    # -- single-sequence conveniences --------------------------------------------------------
+    @property
+    def committed_length(self) -> int:
+        """Committed entries of a single-row cache."""
+        self._single("committed_length")
+        return self.lengths[0]
 
     @property
     def length(self) -> int:
-        """Cached entries, committed and speculative."""
-        return self.committed_length + len(self._parents)
+        """Cached entries of a single-row cache, committed and pending."""
+        self._single("length")
+        return self.lengths[0] + len(self._pending[0])
 
     def extend(self, token_ids, last_only: bool = False) -> torch.Tensor:
-        """Append committed tokens; return their next-token logits.
-
-        Only allowed with no speculative entries (``commit`` first).
-        # token_ids [n] -> logits [n, logits_size] float32 ([1, logits_size] if last_only)
-        """
-        if self._parents:
+        """Append committed tokens to a single-row cache; return their next-token logits.
+        The first call on an empty cache is a prefill (by the twin when it has one).
+        # token_ids [n] -> logits [n, logits_size] float32 ([1, logits_size] if last_only)"""
+        self._single("extend")
+        if self._pending[0]:
             raise ValueError("extend: speculative entries are pending; commit a path first")
-        tokens = self._as_tokens(token_ids)
-        if (
-            self.prefill_model is not None
-            and self.length == 0
-            and tokens.shape[0] >= self.prefill_min_tokens
-        ):
-            scores = self._prefill_by_twin(tokens, last_only=last_only)
+        tokens = self._checked_tokens(token_ids)
+        if self.lengths[0] == 0:
+            return self.prefill(0, tokens, last_only=last_only)
+        scores = self.score([Entries.chain(tokens.tolist())])
+        self.commit([list(range(len(tokens)))])
+        return scores.logits(0, [len(tokens) - 1] if last_only else None)
+
+    # -- the batched interface ----------------------------------------------------------------
+    def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
+        """Commit ``token_ids`` as the whole prefix of the empty row ``row`` (scored alone, by
+        the twin when the prompt is long enough); return the next-token logits of the last
+        token (all tokens with ``last_only=False``).  # -> [1 or n, logits_size] float32"""
+        if self.lengths[row] or self._pending[row]:
+            raise ValueError(f"prefill: row {row} is not empty")
+        tokens = self._checked_tokens(token_ids)
+        twin = self.prefill_model if self.prefill_model is not None and len(tokens) >= self.prefill_min_tokens else None
+        scorer = twin or self.model
+        cache = SpeculativeCache(self._num_layers)
+        arguments = {"input_ids": tokens[None].to(_device_of(scorer)), "use_cache": True,
+                     _cache_argument(scorer): cache}
+        with torch.no_grad():
+            if self._factorized:
+                states = scorer.base_model(**arguments).last_hidden_state[0]  # [n, hidden]
+            else:
+                if last_only:
+                    arguments["logits_to_keep"] = 1
+                states = scorer(**arguments).logits[0]
+        self.cache.write_row(row, self.batch_size, (
+            (layer.keys.to(device=self.device, dtype=self.dtype), layer.values.to(device=self.device, dtype=self.dtype))
+            for layer in cache.layers
+        ))
+        self.lengths[row] = len(tokens)
+        self.forward_calls += 1
+        states = states.to(device=self.device, dtype=self.dtype)
+        if last_only:
+            states = states[-1:]
+        with torch.no_grad():
+            return (self._head(states) if self._factorized else states).float()
+
+    def score(self, entries: list[Entries]) -> Scores:
+        """One forward over every row's new entries (``entries[b]`` for row b; an empty
+        Entries for a row that adds nothing). They stay pending until ``commit``."""
+        if len(entries) != self.batch_size:
+            raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
+        counts = [len(row.tokens) for row in entries]
+        width = max(counts)
+        if width == 0:
+            raise ValueError("entries: no row adds a token")
+        start = self.cache.length
+        tokens = torch.zeros((self.batch_size, width), dtype=torch.long)
+        for b, row in enumerate(entries):  # check everything before changing anything
+            if len(row.parents) != len(row.tokens):
+                raise ValueError(f"entries: row {b} has {len(row.tokens)} tokens and {len(row.parents)} parents")
+            if row.tokens:
+                tokens[b, : len(row.tokens)] = self._checked_tokens(row.tokens)
+            known = len(self._pending[b])
+            for index, parent in enumerate(row.parents):
+                if not -1 <= parent < known + index:
+                    raise ValueError(f"entries: row {b} entry {index} names parent {parent}, outside "
+                                     f"[-1, {known + index})")
+        for b, row in enumerate(entries):
+            for index, parent in enumerate(row.parents):
+                self._pending[b].append(_Pending.below(self._pending[b], parent, start + index, self.lengths[b]))
+        causal = self._causal(counts, start)
+        arguments = {
+            "input_ids": tokens.to(self.device),
+            "use_cache": True,
+            self._cache_argument: self.cache,
+        }
+        if not causal:
+            arguments["attention_mask"] = self._mask(counts, start, width)
+            positions = torch.zeros((self.batch_size, width), dtype=torch.long)
+            for b, count in enumerate(counts):
+                if count:
+                    positions[b, :count] = torch.tensor([entry.position for entry in self._pending[b][-count:]])
+                positions[b, count:] = self.lengths[b]  # padding: any valid position
+            arguments["position_ids"] = positions.to(self.device)
+        with torch.no_grad():
+            if self._factorized:
+                states = self.model.base_model(**arguments).last_hidden_state
+            else:
+                states = self.model(**arguments).logits
+        self.forward_calls += 1
+        return Scores(states, self._head if self._factorized else torch.nn.Identity(), counts)
+
+    def commit(self, paths: list[list[int]]) -> None:
+        """Keep, per row, the pending entries ``paths[b]`` (a chain starting below the last
+        committed token) as committed, and drop every other pending entry. An empty path
+        rolls the row back to its committed prefix."""
+        if len(paths) != self.batch_size:
+            raise ValueError(f"paths: expected one path per row ({self.batch_size}), got {len(paths)}")
+        columns = []
+        for b, path in enumerate(paths):
+            expected = -1
+            for entry in path:
+                if not 0 <= entry < len(self._pending[b]) or self._pending[b][entry].parent != expected:
+                    raise ValueError(f"paths: row {b}'s path {path} is not a chain of pending entries below its "
+                                     "committed prefix")
+                expected = entry
+            columns.append([self._pending[b][entry].column for entry in path])
+        new_lengths = [length + len(path) for length, path in zip(self.lengths, paths)]
+        start = min(self.lengths)
+        end = max(new_lengths)
+        in_place = all(column == self.lengths[b] + i for b, row in enumerate(columns) for i, column in enumerate(row))
+        if in_place:
+            self.cache.keep(torch.zeros((self.batch_size, 0), dtype=torch.long), start, end)
         else:
-            scores = self._forward(
-                tokens, attention_mask=None, position_ids=None, last_only=last_only
-            )
-        self.committed_length += tokens.shape[0]
-        return scores.logits([-1] if last_only else None)
+            source = torch.arange(start, end).repeat(self.batch_size, 1)  # [batch, end − start]
+            for b, row in enumerate(columns):
+                for i, column in enumerate(row):
+                    source[b, self.lengths[b] - start + i] = column
+            self.cache.keep(source.to(self.device), start, end)
+        self.lengths = new_lengths
+        self._pending = [[] for _ in range(self.batch_size)]
 
-    def extend_tree(self, token_ids, parents) -> Scores:
-        """Append speculative entries and score them all in one forward.
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only the rows ``rows`` (in that order); the others leave the batch."""
+        if any(self._pending[row] for row in rows):
+            raise ValueError("select_rows: commit the pending entries first")
+        self.cache.select_rows(torch.tensor(rows, dtype=torch.long, device=self.device))
+        self.lengths = [self.lengths[row] for row in rows]
+        self.batch_size = len(rows)
+        self._pending = [[] for _ in rows]
 
-        ``parents[i]`` is the absolute cache position of entry i's parent: the last
-        committed position ``committed_length − 1`` (−1 when nothing is committed), an
-        existing speculative entry, or an earlier entry of this call (``length + j``, j < i).
-        # token_ids [n], parents [n] -> Scores of n entries
-        """
-        tokens = self._as_tokens(token_ids)
-        parents = [int(parent) for parent in parents]
-        if len(parents) != tokens.shape[0]:
-            raise ValueError(
-                f"parents: expected one parent per token ({tokens.shape[0]}), got {len(parents)}"
-            )
-        start = self.length
-        for index, parent in enumerate(parents):
-            if not self.committed_length - 1 <= parent < start + index:
-                raise ValueError(
-                    f"parents: entry {index} names parent position {parent}, outside "
-                    f"[{self.committed_length - 1}, {start + index})"
-                )
-        for parent in parents:
-            self._add_speculative(parent)
-        first_new = start - self.committed_length
-        sees = np.zeros((tokens.shape[0], self.length), dtype=bool)  # [n, length]
-        sees[:, : self.committed_length] = True
-        for row, ancestors in enumerate(self._ancestors[first_new:]):
-            sees[row, [self.committed_length + offset for offset in ancestors]] = True
-        blocked = torch.finfo(self.dtype).min
-        attention_mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(
-            ~torch.from_numpy(sees), blocked
-        )
-        position_ids = torch.tensor([self._positions[first_new:]])
-        return self._forward(
-            tokens,
-            attention_mask=attention_mask[None, None].to(self.device),
-            position_ids=position_ids.to(self.device),
-            last_only=False,
-        )
+    # -- internals ---------------------------------------------------------------------------
+    def _single(self, what: str) -> None:
+        if self.batch_size != 1:
+            raise ValueError(f"{what}: defined for a single-row cache, this one has {self.batch_size} rows")
 
-    def commit(self, path_positions) -> None:
-        """Keep the speculative entries ``path_positions`` as committed, drop the others.
-
-        ``path_positions`` must be a chain: the first entry's parent is the last committed
-        position, each next entry's parent is the one before it. An empty path rolls the
-        cache back to the committed prefix.
-        """
-        path = [int(position) for position in path_positions]
-        expected_parent = self.committed_length - 1
-        for position in path:
-            offset = position - self.committed_length
-            if not 0 <= offset < len(self._parents) or self._parents[offset] != expected_parent:
-                raise ValueError(
-                    f"path_positions: {path} is not a chain of speculative entries starting "
-                    f"after committed position {self.committed_length - 1}"
-                )
-            expected_parent = position
-        keep = list(range(self.committed_length)) + path
-        if path != list(range(self.committed_length, self.committed_length + len(path))):
-            self._gather(torch.tensor(keep, device=self.device))
-        self._truncate(len(keep))
-        self.committed_length = len(keep)
-        self._parents, self._positions, self._ancestors = [], [], []
-
-    # -- internals -------------------------------------------------------------------
-    def _as_tokens(self, token_ids) -> torch.Tensor:
+    def _checked_tokens(self, token_ids) -> torch.Tensor:
         tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
         if tokens.numel() == 0:
             raise ValueError("token_ids: expected at least one token")
         if tokens.min() < 0 or tokens.max() >= self.logits_size:
             raise ValueError(
-                f"token_ids: ids must lie in [0, {self.logits_size}); got "
-                f"[{int(tokens.min())}, {int(tokens.max())}]"
+                f"token_ids: ids must lie in [0, {self.logits_size}); got [{int(tokens.min())}, {int(tokens.max())}]"
             )
         return tokens
 
-    def _add_speculative(self, parent: int) -> None:
-        offset = parent - self.committed_length  # parent's index among speculative entries
-        own = len(self._parents)
-        self._ancestors.append((self._ancestors[offset] if offset >= 0 else []) + [own])
-        self._positions.append((parent if offset < 0 else self._positions[offset]) + 1)
-        self._parents.append(parent)
+    def _causal(self, counts: list[int], start: int) -> bool:
+        """Whether the model's own causal attention is exactly tree attention here: every
+        row's pending entries form one chain starting right after its committed prefix, in
+        consecutive columns ending at the new ones, with the same count in every row."""
+        for b, pending in enumerate(self._pending):
+            if counts[b] != counts[0] or self.lengths[b] + len(pending) != start + counts[b]:
+                return False
+            for index, entry in enumerate(pending):
+                if entry.parent != index - 1 or entry.column != self.lengths[b] + index:
+                    return False
+        return True
+
+    def _mask(self, counts: list[int], start: int, width: int) -> torch.Tensor:
+        """Additive mask [batch, 1, width, start + width] in the model's dtype."""
+        sees = torch.zeros((self.batch_size, width, start + width), dtype=torch.bool)
+        for b, count in enumerate(counts):
+            sees[b, :, : self.lengths[b]] = True
+            for query, entry in enumerate(self._pending[b][len(self._pending[b]) - count :]):
+                sees[b, query, entry.ancestors] = True
+            for query in range(count, width):  # padding sees itself only
+                sees[b, query, start + query] = True
+        mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(~sees, torch.finfo(self.dtype).min)
+        return mask[:, None].to(self.device)
 
     def _logits_are_head_of_base_model(self) -> bool:
         tokens = torch.tensor([[0, 1]], device=self.device)
@@ -236,82 +327,45 @@ class CausalLM:
             split = self._head(self.model.base_model(input_ids=tokens, use_cache=False).last_hidden_state)
         return full.shape == split.shape and bool(torch.equal(full, split))
 
-    def _forward(self, tokens, attention_mask, position_ids, last_only) -> Scores:
-        arguments = {
-            "input_ids": tokens[None].to(self.device),
-            "attention_mask": attention_mask,
-            "position_ids": position_ids,
-            "use_cache": True,
-            self._cache_argument: self.cache,
-        }
-        with torch.no_grad():
-            if self._factorized:
-                states = self.model.base_model(**arguments).last_hidden_state[0]
-            else:
-                if last_only:
-                    arguments["logits_to_keep"] = 1
-                states = self.model(**arguments).logits[0]
-        self.forward_calls += 1
-        return Scores(states, self._head if self._factorized else torch.nn.Identity())
 
-    def _prefill_by_twin(self, tokens, last_only) -> Scores:
-        """Run the twin on ``tokens`` (cache empty) with its own cache, move its keys and
-        values into ``self.cache`` in the model's dtype; the logits come from the twin's
-        last hidden states cast to the model's dtype through the model's head (or from
-        the twin's logits rounded to the model's dtype if the model is not factorized)."""
-        twin = self.prefill_model
-        twin_device = next(twin.parameters()).device
-        twin_cache = DynamicCache(config=twin.config)
-        arguments = {
-            "input_ids": tokens[None].to(twin_device),
-            "use_cache": True,
-            _cache_argument(twin): twin_cache,
-        }
-        with torch.no_grad():
-            if self._factorized:
-                twin_states = twin.base_model(**arguments).last_hidden_state[0]  # [n, hidden]
-            else:
-                if last_only:
-                    arguments["logits_to_keep"] = 1
-                twin_states = twin(**arguments).logits[0]  # [n or 1, logits]
-            for layer_index, layer in enumerate(twin_cache.layers):
-                if layer.is_initialized:
-                    # keys/values [batch, kv_heads, n, head_dim]; the first update fixes the
-                    # layer's dtype (a DynamicLayer takes it from the tensors it is given)
-                    self.cache.update(
-                        layer.keys.to(device=self.device, dtype=self.dtype),
-                        layer.values.to(device=self.device, dtype=self.dtype),
-                        layer_index,
-                    )
-        self.forward_calls += 1
-        states = twin_states.to(device=self.device, dtype=self.dtype)
-        return Scores(states, self._head if self._factorized else torch.nn.Identity())
+@dataclass(frozen=True)
+class _Pending:
+    """A pending entry of one row: its parent, buffer column, position id and the columns it
+    attends to among the pending ones (its ancestors and itself)."""
 
-    def _layers(self) -> list[DynamicLayer]:
-        for layer in self.cache.layers:
-            if type(layer) is not DynamicLayer:
-                raise ValueError(
-                    f"model: cache layer {type(layer).__name__} is not a plain DynamicLayer "
-                    "(sliding-window or linear attention); tree rollback needs full attention"
-                )
-        return self.cache.layers
+    parent: int
+    column: int
+    position: int
+    ancestors: list[int]
 
-    def _gather(self, keep: torch.Tensor) -> None:
-        for layer in self._layers():
-            layer.keys = layer.keys.index_select(-2, keep)
-            layer.values = layer.values.index_select(-2, keep)
+    @classmethod
+    def below(cls, pending: list[_Pending], parent: int, column: int, committed: int) -> _Pending:
+        if parent < 0:
+            return cls(parent, column, committed, [column])
+        above = pending[parent]
+        return cls(parent, column, above.position + 1, above.ancestors + [column])
 
-    def _truncate(self, length: int) -> None:
-        for layer in self._layers():
-            if layer.is_initialized:
-                layer.keys = layer.keys[..., :length, :]
-                layer.values = layer.values[..., :length, :]
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _cache_argument(model: torch.nn.Module) -> str:
     """The cache keyword's name: transformers renamed ``past_key_values`` to ``cache`` in 5.x."""
     parameters = inspect.signature(model.base_model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+def _check_full_attention(model: torch.nn.Module) -> None:
+    """Tree rollback keeps and drops arbitrary columns: every layer must attend to the whole
+    prefix (no sliding window, no linear attention)."""
+    config = model.config.get_text_config(decoder=True)
+    kinds = set(getattr(config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"} or getattr(config, "use_sliding_window", False):
+        raise ValueError(
+            f"model: layer types {sorted(kinds)} (sliding window: {getattr(config, 'use_sliding_window', False)}); "
+            "tree attention and rollback need full attention in every layer"
+        )
 
 
 def _check_twin(model: torch.nn.Module, twin: torch.nn.Module) -> None:

@@ -29,8 +29,11 @@ class RunStats:
     draft_calls: int = 0
     rejections: int = 0
     accepted_lengths: list[int] = field(default_factory=list)  # accepted drafts per step
+    tree_sizes: list[int] = field(default_factory=list)  # drafted nodes per step
+    expected_lengths: list[float] = field(default_factory=list)  # exact E[accepted | tree] per step, if recorded
     attempts_by_position: list[int] = field(default_factory=list)  # verifications at depth k
     accepts_by_position: list[int] = field(default_factory=list)  # ... that descended
+    accepts_by_rank: list[list[int]] = field(default_factory=list)  # [depth][rank]: descents into the rank-th draft
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_seconds: float = 0.0
 
@@ -43,12 +46,19 @@ class RunStats:
         finally:
             self.seconds[phase] += time.perf_counter() - start
 
-    def record_position(self, depth: int, accepted: bool) -> None:
+    def record_position(self, depth: int, accepted: bool, rank: int | None = None) -> None:
+        """One verification at ``depth``; ``rank``: position among the node's drafts of the
+        child it descended into."""
         while len(self.attempts_by_position) <= depth:
             self.attempts_by_position.append(0)
             self.accepts_by_position.append(0)
+            self.accepts_by_rank.append([])
         self.attempts_by_position[depth] += 1
         self.accepts_by_position[depth] += int(accepted)
+        if accepted and rank is not None:
+            ranks = self.accepts_by_rank[depth]
+            ranks.extend([0] * (rank + 1 - len(ranks)))
+            ranks[rank] += 1
 
     def merge(self, other: RunStats) -> RunStats:
         """The statistics of both runs together (e.g. over several prompts)."""
@@ -59,8 +69,11 @@ class RunStats:
             draft_calls=self.draft_calls + other.draft_calls,
             rejections=self.rejections + other.rejections,
             accepted_lengths=self.accepted_lengths + other.accepted_lengths,
+            tree_sizes=self.tree_sizes + other.tree_sizes,
+            expected_lengths=self.expected_lengths + other.expected_lengths,
             attempts_by_position=_add(self.attempts_by_position, other.attempts_by_position),
             accepts_by_position=_add(self.accepts_by_position, other.accepts_by_position),
+            accepts_by_rank=[_add(*pair) for pair in zip(*_padded(self.accepts_by_rank, other.accepts_by_rank))],
             seconds={phase: self.seconds[phase] + other.seconds[phase] for phase in PHASES},
             wall_seconds=self.wall_seconds + other.wall_seconds,
         )
@@ -89,6 +102,16 @@ class RunStats:
         return sum(self.accepts_by_position) / tried if tried else 0.0
 
     @property
+    def mean_tree_size(self) -> float:
+        """Drafted nodes per step."""
+        return sum(self.tree_sizes) / len(self.tree_sizes) if self.tree_sizes else 0.0
+
+    @property
+    def expected_accepted_length(self) -> float | None:
+        """Mean of the exact per-step expected accepted drafts (when recorded)."""
+        return sum(self.expected_lengths) / len(self.expected_lengths) if self.expected_lengths else None
+
+    @property
     def accepted_length_histogram(self) -> list[int]:
         """Entry k: number of steps that accepted exactly k draft tokens."""
         histogram = [0] * (max(self.accepted_lengths, default=-1) + 1)
@@ -111,6 +134,11 @@ class RunStats:
             "seconds": dict(self.seconds),
             "wall_seconds": self.wall_seconds,
         }
+
+
+def _padded(first: list, second: list) -> tuple[list, list]:
+    longest = max(len(first), len(second))
+    return first + [[]] * (longest - len(first)), second + [[]] * (longest - len(second))
 
 
 def _add(first: list[int], second: list[int]) -> list[int]:
