@@ -1,12 +1,22 @@
 """Results are append-only and resumable: an interrupted study, resumed, writes exactly the
-records of an uninterrupted one, byte for byte."""
+records of an uninterrupted one, byte for byte. One run writes a folder at a time; a torn
+last line of any JSONL file is cut before the next append; settings are never half-written.
+(Kills at random moments: ``test_crash_consistency``.)"""
 
+import builtins
+import contextlib
 import json
+import os
+import resource
+import signal
+import threading
 
 import pytest
 
+from specbound.studies import records as records_module
 from specbound.studies.acceptance import AcceptanceStudy
-from specbound.studies.records import RECORDS_FILE, ResultsStore, read_results, unit_seed
+from specbound.studies.records import (RECORDS_FILE, SETTINGS_FILE, TIMINGS_FILE, ResultsStore, read_results,
+                                       unit_seed)
 from specbound.studies.runner import run_study
 from study_fixtures import tiny_pair, tiny_prompts
 
@@ -76,11 +86,193 @@ def test_results_of_other_settings_are_not_mixed_in(tmp_path):
                   progress=False)
 
 
+SETTINGS = {"study": "x", "limit": 1}
+UNIT = ([{"position": 0}, {"position": 1}], {"tokens": [1, 2]}, {"total": 0.1})
+
+
 def test_a_unit_is_written_once(tmp_path):
-    store = ResultsStore(tmp_path, {"study": "x"})
-    store.append_unit("a", [{"position": 0}], {"tokens": [1]}, {"total": 0.1})
-    with pytest.raises(ValueError, match="unit"):
-        store.append_unit("a", [], {}, {})
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+        with pytest.raises(ValueError, match="unit"):
+            store.append_unit("a", [], {}, {})
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_folder(tmp_path):
+    pair, prompts = tiny_pair(), tiny_prompts(1)
+    with ResultsStore(tmp_path, SETTINGS) as first:
+        with pytest.raises(ValueError, match=r"in use by another run \(lock .*\.lock\); wait for it or choose"):
+            ResultsStore(tmp_path, SETTINGS)
+        with pytest.raises(ValueError, match="in use by another run"):
+            run_study(AcceptanceStudy(**OPTIONS), pair, prompts, tmp_path, "toy", progress=False)
+        first.append_unit("a", *UNIT)
+    with pytest.raises(ValueError, match="closed"):
+        first.append_unit("b", *UNIT)
+    with ResultsStore(tmp_path, SETTINGS) as second:  # released on close
+        assert second.done == {"a"}
+
+
+class PausedWrite:
+    """A file whose next write stops halfway until ``resume`` is set: a run caught mid-write."""
+
+    def __init__(self, handle, halfway: threading.Event, resume: threading.Event):
+        self.handle, self.halfway, self.resume = handle, halfway, resume
+
+    def write(self, text):
+        middle = len(text) // 2
+        self.handle.write(text[:middle])
+        self.handle.flush()
+        self.halfway.set()
+        self.resume.wait(timeout=30)
+        return self.handle.write(text[middle:]) + middle
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.handle.close()
+
+
+def test_a_second_run_cannot_cut_a_unit_being_written(tmp_path, monkeypatch):
+    """The race of two runs: opening the folder while the other run's unit was half on disk cut
+    those bytes, the rest of the write then landed as a fragment, and the next resume cut the
+    fragment together with every finished unit after it."""
+    halfway, resume = threading.Event(), threading.Event()
+    records = tmp_path / RECORDS_FILE
+
+    def paused_open(file, mode="r", *args, **kwargs):
+        handle = builtins.open(file, mode, *args, **kwargs)
+        return PausedWrite(handle, halfway, resume) if file == records and "a" in mode else handle
+
+    with ResultsStore(tmp_path, SETTINGS) as first:
+        first.append_unit("a", *UNIT)
+        monkeypatch.setattr(records_module, "open", paused_open, raising=False)
+        writer = threading.Thread(target=first.append_unit, args=("b", *UNIT))
+        writer.start()
+        assert halfway.wait(timeout=30)
+        on_disk = records.read_bytes()
+        try:
+            with pytest.raises(ValueError, match="in use by another run"):
+                ResultsStore(tmp_path, SETTINGS)
+            assert records.read_bytes() == on_disk  # the second run cut nothing
+        finally:
+            resume.set()
+            writer.join()
+        monkeypatch.undo()
+        first.append_unit("c", *UNIT)
+    with ResultsStore(tmp_path, SETTINGS) as resumed:
+        assert resumed.done == {"a", "b", "c"}
+    assert [run["unit"] for run in read_results(tmp_path).runs] == ["a", "b", "c"]
+
+
+def test_a_torn_timings_line_is_cut_before_the_next_append(tmp_path):
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+    with open(tmp_path / TIMINGS_FILE, "a", encoding="utf-8") as handle:
+        handle.write('{"unit":"b","seco')  # a run killed while writing b's timing (b's records are cut too)
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("b", *UNIT)
+    assert read_results(tmp_path).timings == {"a": {"total": 0.1}, "b": {"total": 0.1}}
+    assert [json.loads(line)["unit"] for line in (tmp_path / TIMINGS_FILE).read_text().splitlines()] == ["a", "b"]
+
+
+def test_a_torn_records_line_is_cut_before_the_next_append(tmp_path):
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+    whole = (tmp_path / RECORDS_FILE).read_bytes()
+    with open(tmp_path / RECORDS_FILE, "ab") as handle:
+        handle.write(b'{"unit":"b","kind":"position","position":0}\n{"unit":"b","kind":"ru')
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        assert store.done == {"a"} and (tmp_path / RECORDS_FILE).read_bytes() == whole
+        store.append_unit("b", *UNIT)
+    results = read_results(tmp_path)
+    assert [run["unit"] for run in results.runs] == ["a", "b"]
+    assert [position["unit"] for position in results.positions] == ["a", "a", "b", "b"]
+
+
+def test_a_timing_without_its_unit_is_ignored_by_readers_and_dropped_on_repair(tmp_path):
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+    with open(tmp_path / TIMINGS_FILE, "a", encoding="utf-8") as handle:
+        handle.write('{"unit":"ghost","seconds":{"total":100.0}}\n')
+    assert read_results(tmp_path).timings == {"a": {"total": 0.1}}
+    assert read_results(tmp_path).total_seconds == 0.1
+    with ResultsStore(tmp_path, SETTINGS):
+        pass
+    assert "ghost" not in (tmp_path / TIMINGS_FILE).read_text()
+
+
+def test_readers_skip_torn_last_lines_change_nothing_and_never_wait_for_the_writer(tmp_path):
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+        with open(tmp_path / RECORDS_FILE, "ab") as handle:
+            handle.write(b'{"unit":"b","kind":"position","position":0}\n{"unit":"b","kind":"ru')
+        with open(tmp_path / TIMINGS_FILE, "ab") as handle:
+            handle.write(b'{"unit":"b","seco')
+        files = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+        results = read_results(tmp_path)  # while the writer holds the folder
+        assert [run["unit"] for run in results.runs] == ["a"] and list(results.timings) == ["a"]
+        assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == files
+
+
+def test_a_damaged_line_with_finished_units_after_it_is_refused_not_cut(tmp_path):
+    """A crash can only cut the last write short; a broken line in the middle is damage, and
+    cutting there would drop every finished unit after it."""
+    with ResultsStore(tmp_path, SETTINGS) as store:
+        store.append_unit("a", *UNIT)
+    records = tmp_path / RECORDS_FILE
+    records.write_bytes(records.read_bytes() + b'{"unit":"b","kind":"ru{"unit":"x"}\n' + records.read_bytes()
+                        .replace(b'"a"', b'"c"'))
+    damaged = records.read_bytes()
+    with pytest.raises(ValueError, match=r"records.jsonl line 4 is damaged"):
+        ResultsStore(tmp_path, SETTINGS)
+    with pytest.raises(ValueError, match=r"records.jsonl line 4 is damaged"):
+        read_results(tmp_path)
+    assert records.read_bytes() == damaged
+
+
+@contextlib.contextmanager
+def file_size_limit(size: int):
+    """Writes past ``size`` bytes fail (EFBIG), as on a full disk: a write cut short."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_settings_are_never_left_half_written(tmp_path):
+    settings = {**SETTINGS, "models": {"target": "t" * 300, "draft": "d" * 300}}
+    with file_size_limit(200), pytest.raises(OSError):
+        ResultsStore(tmp_path / "new", settings)
+    assert not (tmp_path / "new" / SETTINGS_FILE).exists()
+    with ResultsStore(tmp_path / "new", settings):
+        pass
+    with ResultsStore(tmp_path / "extended", settings):
+        pass
+    stored = (tmp_path / "extended" / SETTINGS_FILE).read_bytes()
+    with file_size_limit(200), pytest.raises(OSError):
+        ResultsStore(tmp_path / "extended", {**settings, "limit": 2})  # a larger limit rewrites them
+    assert (tmp_path / "extended" / SETTINGS_FILE).read_bytes() == stored
+    assert read_results(tmp_path / "new").settings == read_results(tmp_path / "extended").settings == settings
+    assert sorted(path.name for path in (tmp_path / "extended").iterdir()) == [".lock", SETTINGS_FILE]
+
+
+def test_unchanged_settings_are_not_rewritten(tmp_path):
+    with ResultsStore(tmp_path, SETTINGS):
+        pass
+    os.utime(tmp_path / SETTINGS_FILE, ns=(0, 0))
+    with ResultsStore(tmp_path, SETTINGS):
+        pass
+    assert (tmp_path / SETTINGS_FILE).stat().st_mtime_ns == 0
+    with ResultsStore(tmp_path, {**SETTINGS, "limit": 2}):
+        pass
+    assert json.loads((tmp_path / SETTINGS_FILE).read_text())["limit"] == 2
 
 
 def test_unit_seeds_depend_on_seed_and_unit_only():

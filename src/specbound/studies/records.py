@@ -1,20 +1,33 @@
 """Append-only JSONL results of a study, resumable: an interrupted run loses nothing.
 
 A study's results directory holds
-- ``settings.json``: what was run (study, dataset, models, processing, seed, ...), written
-  once; a later run into the same directory must have the same settings (``limit`` may
-  differ: a larger one extends the results, a smaller one reads back a subset);
+- ``settings.json``: what was run (study, dataset, models, processing, seed, ...); a later
+  run into the same directory must have the same settings (``limit`` may differ: a larger
+  one extends the results, a smaller one reads back a subset). It is written only when it
+  changes, and atomically (a temporary file in the folder, synced, renamed over it), so it
+  is never half-written;
 - ``records.jsonl``: one JSON object per line, in **units** (one engine generation for one
   prompt at one setting): the unit's ``position`` records, then its closing ``run`` record.
-  A unit is written with one write and flushed; it is done once its run record is on disk;
-- ``timings.jsonl``: wall-clock seconds per unit, kept apart so that the records are a
-  function of the settings and the seed alone.
+  A unit is written with one write and synced; it is done once its run record is on disk;
+- ``timings.jsonl``: wall-clock seconds per unit, appended after its records, kept apart so
+  that the records are a function of the settings and the seed alone;
+- ``.lock``: the lock (``filelock``; ``flock`` on POSIX) that the one run writing the folder
+  holds from opening it to closing it. A second run is refused at once; the OS releases the
+  lock when its holder dies, even by SIGKILL.
 
-Resume: opening a directory cuts ``records.jsonl`` after the last complete run record (a
-torn last line or a unit without its run record comes from an interrupted write) and reads
-back which units are done. Each unit draws its randomness from its own seed
-(``unit_seed``), so an interrupted-and-resumed run writes the same records, byte for byte,
-as an uninterrupted one.
+Crash consistency: every write is an append made under the lock after the previous one was
+synced, so a crash (or kill) can only cut the last write short. Opening a directory to write
+repairs both JSONL files the same way, under the lock: a torn last line (no newline, or not
+JSON) is cut; ``records.jsonl`` is cut after its last complete run record (a unit without
+its run record was interrupted), and a timing of a unit that is not in the records is
+dropped. A broken line with complete lines after it is damage, not a write cut short: it is
+refused, never cut (cutting there would drop every finished unit after it). Readers
+(``read_results``) take no lock and change nothing: they skip a torn last line and the units
+without their run record.
+
+Resume: the repaired directory says which units are done. Each unit draws its randomness
+from its own seed (``unit_seed``), so an interrupted-and-resumed run writes the same
+records, byte for byte, as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -25,9 +38,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 SETTINGS_FILE = "settings.json"
 RECORDS_FILE = "records.jsonl"
 TIMINGS_FILE = "timings.jsonl"
+LOCK_FILE = ".lock"
 EXTENDABLE_SETTINGS = ("limit",)
 
 
@@ -49,30 +65,37 @@ def _normalised(settings: dict) -> dict:
 
 
 class ResultsStore:
-    """Writer of one study's results directory (see the module docstring)."""
+    """The one writer of a study's results directory (see the module docstring): it holds
+    the folder's lock from opening to ``close`` (or the end of its ``with`` block)."""
 
     def __init__(self, directory, settings: dict):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        settings_path = self.directory / SETTINGS_FILE
-        if settings_path.is_file():
-            stored = json.loads(settings_path.read_text())
-            if _normalised(stored) != _normalised(settings):
-                differing = sorted(
-                    key for key in _normalised(stored).keys() | _normalised(settings).keys()
-                    if _normalised(stored).get(key) != _normalised(settings).get(key)
-                )
-                raise ValueError(
-                    f"out: {self.directory} holds results of different settings "
-                    f"({', '.join(differing)} differ); choose another --out or delete it"
-                )
-        settings_path.write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
         self.records_path = self.directory / RECORDS_FILE
         self.timings_path = self.directory / TIMINGS_FILE
-        self.done = _repair(self.records_path)
+        self._lock = _lock(self.directory)
+        try:
+            _store_settings(self.directory / SETTINGS_FILE, settings)
+            self.done = _repair_records(self.records_path)
+            _repair_timings(self.timings_path, self.done)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the folder: another run may write it from now on."""
+        self._lock.release()
 
     def append_unit(self, unit: str, positions: list[dict], run: dict, seconds: dict) -> None:
         """Append one unit's position records and its closing run record, then its timing."""
+        if not self._lock.is_locked:
+            raise ValueError(f"results: the store of {self.directory} is closed; open it again to write")
         if unit in self.done:
             raise ValueError(f"unit: {unit!r} is already in {self.records_path}")
         lines = [_dumps({"unit": unit, "kind": "position", **record}) for record in positions]
@@ -82,6 +105,42 @@ class ResultsStore:
         _append(self.timings_path, _dumps({"unit": unit, "seconds": seconds}) + "\n")
 
 
+def _lock(directory: Path) -> FileLock:
+    """The folder's lock, held; a ValueError at once when another run holds it."""
+    path = directory / LOCK_FILE
+    lock = FileLock(path, timeout=0, thread_local=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise ValueError(
+            f"out: {directory} is in use by another run (lock {path}); wait for it or choose another --out"
+        ) from None
+    return lock
+
+
+def _read_settings(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise ValueError(f"results: {path} is not a JSON settings file ({error})") from None
+
+
+def _store_settings(path: Path, settings: dict) -> None:
+    """Check ``settings`` against those stored at ``path``; write them when new or extended."""
+    text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+    if path.is_file():
+        stored, wanted = _normalised(_read_settings(path)), _normalised(settings)
+        differing = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
+        if differing:
+            raise ValueError(
+                f"out: {path.parent} holds results of different settings "
+                f"({', '.join(differing)} differ); choose another --out or delete it"
+            )
+        if path.read_text(encoding="utf-8") == text:
+            return
+    _replace(path, text.encode())
+
+
 def _append(path: Path, text: str) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(text)
@@ -89,28 +148,79 @@ def _append(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
 
 
-def _repair(path: Path) -> set[str]:
-    """Cut ``path`` after its last complete run record; return the done units."""
+def _replace(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data`` atomically: a reader, or a crash, sees the old file or the
+    new one, never a mix (the temporary file's name is free: the caller holds the lock)."""
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a power cut
+    finally:
+        os.close(folder)
+
+
+def _parsed(line: bytes) -> dict | None:
+    """One line as a record, or None when it is no record (a torn or broken line)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "unit" in record else None
+
+
+def _complete_lines(path: Path) -> list[tuple[dict, bytes]]:
+    """The complete lines of a JSONL file, in order, each parsed and with its bytes (newline
+    included); a torn last line is left out. Raises ValueError when a line that is no record
+    has lines after it: that is damage, not a write cut short."""
     if not path.is_file():
-        return set()
-    done, keep = set(), 0
-    with open(path, "rb") as handle:
-        offset = 0
-        for line in handle:
-            offset += len(line)
-            if not line.endswith(b"\n"):
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if record.get("kind") == "run":
-                done.add(record["unit"])
-                keep = offset
-    if keep < path.stat().st_size:
-        with open(path, "r+b") as handle:
-            handle.truncate(keep)
+        return []
+    *lines, tail = path.read_bytes().split(b"\n")  # tail: what follows the last newline
+    complete = []
+    for number, line in enumerate(lines, 1):
+        record = _parsed(line)
+        if record is None:
+            if number < len(lines) or tail:
+                raise ValueError(
+                    f"results: {path} line {number} is damaged (no complete JSON record, and lines follow it); "
+                    "a crash only cuts the last line short, so nothing is cut: repair or remove that line by hand"
+                )
+            break
+        complete.append((record, line + b"\n"))
+    return complete
+
+
+def _repair_records(path: Path) -> set[str]:
+    """Cut ``path`` after its last complete run record; return the done units."""
+    done, size, keep = set(), 0, 0
+    for record, line in _complete_lines(path):
+        size += len(line)
+        if record.get("kind") == "run":
+            done.add(record["unit"])
+            keep = size
+    if path.is_file() and path.stat().st_size > keep:
+        os.truncate(path, keep)
     return done
+
+
+def _repair_timings(path: Path, done: set[str]) -> None:
+    """Keep the first complete timing of each done unit; drop a torn last line and the
+    timings of units not in the records."""
+    kept, timed = [], set()
+    for record, line in _complete_lines(path):
+        if record["unit"] in done and record["unit"] not in timed:
+            kept.append(line)
+            timed.add(record["unit"])
+    if path.is_file() and path.stat().st_size != sum(map(len, kept)):
+        _replace(path, b"".join(kept))
 
 
 @dataclass
@@ -129,33 +239,25 @@ class StudyResults:
 
 
 def read_results(directory) -> StudyResults:
-    """Read a results directory; units without their run record are left out.
-    Raises ValueError when ``directory`` has no ``settings.json``."""
+    """Read a results directory, taking no lock and changing nothing: a torn last line and
+    the units without their run record are left out, and so are the timings of units not
+    in the records. Raises ValueError when ``directory`` has no ``settings.json``."""
     directory = Path(directory)
     settings_path = directory / SETTINGS_FILE
     if not settings_path.is_file():
         raise ValueError(f"results: {directory} has no {SETTINGS_FILE}; not a study's results")
-    positions, runs = [], []
-    records_path = directory / RECORDS_FILE
-    if records_path.is_file():
-        pending = []
-        with open(records_path, encoding="utf-8") as handle:
-            for line in handle:
-                if not line.endswith("\n"):
-                    break
-                record = json.loads(line)
-                if record["kind"] == "run":
-                    positions += [item for item in pending if item["unit"] == record["unit"]]
-                    runs.append(record)
-                    pending = []
-                else:
-                    pending.append(record)
+    settings = _read_settings(settings_path)
+    positions, runs, pending = [], [], []
+    for record, _ in _complete_lines(directory / RECORDS_FILE):
+        if record.get("kind") == "run":
+            positions += [item for item in pending if item["unit"] == record["unit"]]
+            runs.append(record)
+            pending = []
+        else:
+            pending.append(record)
+    done = {run["unit"] for run in runs}
     timings = {}
-    timings_path = directory / TIMINGS_FILE
-    if timings_path.is_file():
-        with open(timings_path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.endswith("\n"):
-                    entry = json.loads(line)
-                    timings[entry["unit"]] = entry["seconds"]
-    return StudyResults(directory, json.loads(settings_path.read_text()), positions, runs, timings)
+    for entry, _ in _complete_lines(directory / TIMINGS_FILE):
+        if entry["unit"] in done:
+            timings.setdefault(entry["unit"], entry["seconds"])
+    return StudyResults(directory, settings, positions, runs, timings)

@@ -5,7 +5,8 @@ method); a study says which units it has (``Study.units``) and turns one unit in
 records (``Study.run_unit``, ``specbound.studies.base``). The runner skips the units
 already on disk, seeds each unit's ``torch.Generator`` from the study seed and the unit
 key (``records.unit_seed``), shows a progress bar with an ETA on stderr, and appends each
-finished unit.
+finished unit. The folder is locked for the whole run: a second run into it is refused at
+once (``records.ResultsStore``), and a killed run's lock is released by the OS.
 """
 
 from __future__ import annotations
@@ -43,18 +44,18 @@ def run_study(
         "float64 rows",
         **study.settings(),
     }
-    store = ResultsStore(directory, settings)
-    units = study.units(prompts)
-    pending = [unit for unit in units if unit.key not in store.done]
-    with tqdm(
-        total=len(units), initial=len(units) - len(pending), desc=f"{study.name} {dataset}",
-        unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
-    ) as bar:
-        for unit in pending:
-            started = time.perf_counter()
-            generator = torch.Generator().manual_seed(unit_seed(seed, unit.key))
-            output = study.run_unit(pair, unit, generator)
-            seconds = {**output.seconds, "total": time.perf_counter() - started}
-            store.append_unit(unit.key, output.positions, output.run, seconds)
-            bar.update(1)
-    return read_results(directory)
+    with ResultsStore(directory, settings) as store:  # the folder is ours until the last unit is written
+        units = study.units(prompts)
+        pending = [unit for unit in units if unit.key not in store.done]
+        with tqdm(
+            total=len(units), initial=len(units) - len(pending), desc=f"{study.name} {dataset}",
+            unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
+        ) as bar:
+            for unit in pending:
+                started = time.perf_counter()
+                generator = torch.Generator().manual_seed(unit_seed(seed, unit.key))
+                output = study.run_unit(pair, unit, generator)
+                seconds = {**output.seconds, "total": time.perf_counter() - started}
+                store.append_unit(unit.key, output.positions, output.run, seconds)
+                bar.update(1)
+        return read_results(directory)
