@@ -18,8 +18,10 @@ GAP_NOISE = 1e-9  # the LP verifier's optimum is exact to HiGHS' 1e-10 tolerance
 
 
 def lossless_verifiers() -> list:
-    """One instance of every registered lossless verifier, default parameters."""
-    return [verifier_class() for verifier_class in VERIFIERS.values() if verifier_class.lossless]
+    """One instance of every registered lossless per-node verifier, default parameters
+    (the verifiers of a whole drafted tree have no one-step acceptance)."""
+    return [verifier_class() for verifier_class in VERIFIERS.values()
+            if verifier_class.lossless and verifier_class.per_node]
 
 
 def _value_or_reason(compute) -> tuple[float | None, str]:

@@ -117,14 +117,14 @@ def optimum_name(scheme: DraftScheme) -> str:
 
 def acceptance_methods() -> dict[str, AcceptanceMethod]:
     """The study's methods, from the registries: α* of every draft scheme, then every
-    lossless verifier whose exact acceptance scales to real vocabularies."""
+    lossless per-node verifier whose exact acceptance scales to real vocabularies."""
     methods = {
         optimum_name(scheme): AcceptanceMethod(optimum_name(scheme), f"α* {scheme.label}", scheme,
                                                scheme.fixed_num_drafts)
         for scheme in DRAFT_SCHEMES.values()
     }
     for verifier_class in VERIFIERS.values():
-        if verifier_class.lossless and verifier_class.scalable:
+        if verifier_class.lossless and verifier_class.scalable and verifier_class.per_node:
             verifier = verifier_class()
             methods[verifier.name] = AcceptanceMethod(verifier.name, verifier.label, verifier.draft_scheme,
                                                       verifier.fixed_num_drafts, verifier)

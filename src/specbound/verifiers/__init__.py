@@ -3,10 +3,15 @@
 ``get_verifier(name, **parameters)`` returns a ``Verifier``; ``VERIFIERS`` maps every
 registered name to its class: single, rrs, rrs_without_replacement (``rrs``), kseq
 (``kseq``), greedy and spechub (``greedy``), optimal (``optimal``), decoding_opt and
-decoding_uno (``biased``, with the Pareto front of [YIN] §4).
+decoding_uno (``biased``, with the Pareto front of [YIN] §4); then block and traversal
+(``block``, ``traversal``), which decide on a whole drafted tree (``tree``: ``DraftedTree``,
+``TreeVerifier``, ``per_node = False``; SPEC.md §7).
 """
 
 from specbound.verifiers import rrs, kseq, greedy, optimal, biased  # noqa: F401, I001  (registration, in this order)
+from specbound.verifiers import block, traversal  # noqa: F401, I001  (registration, after the per-node ones)
 from specbound.verifiers.base import VERIFIERS, Verdict, Verifier, get_verifier, register_verifier
+from specbound.verifiers.tree import DraftedTree, TreeVerdict, TreeVerifier
 
-__all__ = ["VERIFIERS", "Verdict", "Verifier", "get_verifier", "register_verifier"]
+__all__ = ["VERIFIERS", "DraftedTree", "TreeVerdict", "TreeVerifier", "Verdict", "Verifier", "get_verifier",
+           "register_verifier"]

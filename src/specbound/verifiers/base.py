@@ -67,6 +67,7 @@ class Verifier:
     fixed_num_drafts: ClassVar[int | None] = None
     # its exact acceptance is computable at real vocabulary sizes (the studies' default set)
     scalable: ClassVar[bool] = True
+    per_node: ClassVar[bool] = True  # decides one node's drafts; False: a whole drafted tree (verifiers.tree)
 
     @property
     def draft_scheme(self) -> DraftScheme:
