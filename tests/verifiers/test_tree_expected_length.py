@@ -4,13 +4,14 @@ against exact enumeration and seeded Monte Carlo; tree verifiers in the registry
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
 from specbound.experiments.bounds import lossless_verifiers
 from specbound.verifiers import VERIFIERS, DraftedTree, get_verifier
-from specbound.verifiers.tree import TreeDrafter, tokenwise_expected_accepted, tokenwise_outcome_law
+from specbound.verifiers.tree import TreeDrafter, drafted_tree, tokenwise_expected_accepted, tokenwise_outcome_law
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )
@@ -80,6 +81,23 @@ def test_trusted_rows_are_kept_without_a_copy_and_the_structure_is_still_checked
         small_tree(target_probs=target.astype(np.float32), check_rows=False)
     with pytest.raises(ValueError, match="distinct draws"):
         small_tree(tokens=(0, 0, 2, 1), check_rows=False)
+
+
+def test_drafted_tree_from_the_engines_arrays_is_the_checked_tree():
+    """float32 torch rows and token tensors per internal node, as the engine holds them."""
+    tree = small_tree()
+    engine_tree = drafted_tree(
+        parents=list(tree.parents), tokens=list(tree.tokens),
+        draft_tokens={v: torch.tensor(draws) for v, draws in tree.draft_tokens.items()},
+        draft_scheme="with_replacement",
+        draft_rows={v: torch.tensor(tree.draft_probs[v], dtype=torch.float32) for v in tree.draft_tokens},
+        target_rows=torch.tensor(tree.target_probs, dtype=torch.float32),
+    )
+    assert engine_tree.tokens == tree.tokens and dict(engine_tree.draft_tokens) == dict(tree.draft_tokens)
+    traversal = get_verifier("traversal")
+    assert traversal.num_uniforms(engine_tree) == 4
+    np.testing.assert_allclose(traversal.outcome_law(engine_tree), traversal.outcome_law(tree), atol=1e-7)
+    np.testing.assert_allclose(engine_tree.target_probs.sum(axis=1), 1.0, atol=1e-15)
 
 
 @pytest.mark.parametrize("drafter", DRAFTERS.values(), ids=DRAFTERS.keys())

@@ -15,7 +15,8 @@ token y: a residual token, or the bonus token from p(·|u) when u is a leaf. Its
 law** is the exact law of (u, y) given the drafted tree; its **expected accepted length** is
 E[depth(u) | tree] = Σ_{v ≠ root} P(the accepted path reaches v) (SPEC.md §7.3).
 
-- ``DraftedTree``: the drafted step, checked; ``DraftedTree.chain`` for a chain;
+- ``DraftedTree``: the drafted step, checked; ``DraftedTree.chain`` for a chain,
+  ``drafted_tree`` for the engine's plain arrays;
 - ``TreeVerifier``: the base class of the verifiers that decide on the whole drafted step
   (``block``, ``traversal``), registered in the one verifier registry with ``per_node = False``;
 - ``tokenwise_outcome_law``, ``tokenwise_expected_accepted``: top-down token-level
@@ -215,6 +216,25 @@ class DraftedTree:
         return len(sequence)
 
 
+def drafted_tree(parents, tokens, draft_tokens, draft_scheme: str, draft_rows, target_rows) -> DraftedTree:
+    """The ``DraftedTree`` of one engine step, from plain arrays, cheaply (no value checks).
+    # parents [nodes], tokens [nodes]; draft_tokens: internal node -> [n] ids, in draw order;
+    # draft_rows: internal node -> [vocab]; target_rows [nodes, vocab]; any float dtype, CPU
+
+    ``draft_scheme``: the scheme of the nodes with several draws (one draw is one draw from q
+    under every scheme). Rows are made float64 and renormalised — a float32 row over 151,936
+    tokens sums to 1 only within ~1e-6, and the renormalised row is the law it was drawn
+    from — then trusted (``check_rows=False``); the tree's structure is checked."""
+    target = np.asarray(target_rows, dtype=np.float64)
+    target = target / target.sum(axis=1, keepdims=True)
+    draft = np.zeros(target.shape)
+    for node, row in draft_rows.items():
+        row = np.asarray(row, dtype=np.float64)
+        draft[int(node)] = row / row.sum()
+    draws = {int(node): np.asarray(drawn).tolist() for node, drawn in draft_tokens.items()}
+    return DraftedTree(parents, tokens, draws, draft_scheme, draft, target, check_rows=False)
+
+
 def _trusted_rows(name: str, probs) -> np.ndarray:
     """``probs`` as float64 [rows, vocab] without a copy, its shape checked, not its values."""
     rows = np.asarray(probs)
@@ -259,6 +279,10 @@ class TreeVerifier(Verifier):
         """Exact P(last accepted node = u | tree), without the [nodes, vocab] law.  # -> [nodes]"""
         self._check_tree(tree)
         return self._stop_probabilities(tree)
+
+    def num_uniforms(self, tree: DraftedTree) -> int:
+        """How many uniforms ``verify_tree`` takes for ``tree``: one per node."""
+        return tree.num_nodes
 
     def expected_accepted(self, tree: DraftedTree) -> float:
         """Exact E[accepted drafts | tree] = Σ_u depth(u)·P(last accepted node = u)."""
