@@ -165,6 +165,20 @@ def test_tokenwise_walk_with_every_registered_lossless_verifier_is_lossless(name
         assert tokenwise_expected_accepted(tree, verifier) == pytest.approx(from_law, abs=1e-12)
 
 
+def test_tokenwise_walk_with_a_verifier_per_depth_is_lossless():
+    """A method's verifier per depth (``Method.verifier_at``): RRS at the root, K-SEQ below."""
+    drafter = TreeDrafter(random_model(5, 3), random_model(6, 3), (2, 2))
+    rrs, kseq = get_verifier("rrs"), get_verifier("kseq")
+
+    def verifier_at(depth, num_drafts):
+        return (rrs if depth == 0 else kseq).for_num_drafts(num_drafts)
+
+    assert lossless_error(drafter, lambda tree: tokenwise_outcome_law(tree, verifier_at)) < 1e-12
+    gaps = [tokenwise_expected_accepted(tree, verifier_at) - tokenwise_expected_accepted(tree, rrs)
+            for _, tree in drafter.enumerate(0)]
+    assert max(np.abs(gaps)) > 1e-3  # the depth-1 verifier is used
+
+
 def test_tokenwise_refuses_a_verifier_of_another_scheme_and_tree_verifiers():
     tree = small_tree()
     with pytest.raises(ValueError, match="without_replacement drafts"):

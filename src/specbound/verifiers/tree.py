@@ -319,27 +319,37 @@ def emit_from(weights: np.ndarray, uniform: float) -> int:
 
 
 # -- token-level verification, top-down (SPEC.md §6) ---------------------------------------
-def _tokenwise_walk(tree: DraftedTree, verifier: Verifier) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+NodeVerifiers = Union[Verifier, Callable[[int, int], Verifier]]  # one verifier, or (depth, num_drafts) -> verifier
+
+
+def _tokenwise_walk(tree: DraftedTree, verifiers: NodeVerifiers) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """P(the walk reaches v) per node, and the output law π(·|draws at v) per internal node.
-    The node's verifier is ``verifier.for_num_drafts(its number of draws)`` (SPEC.md §6)."""
-    if not verifier.per_node:
-        raise ValueError(f"verifier: {verifier.name!r} decides on a whole tree; token-wise verification "
-                         "needs a per-node verifier")
+    A node's verifier is ``verifiers.for_num_drafts(its number of draws)`` (SPEC.md §6), or
+    ``verifiers(depth, number of draws)`` — a method's verifier per depth, e.g. batch SD's
+    RRS at the root and speculative sampling below."""
+    def verifier_at(depth: int, num_drafts: int) -> Verifier:
+        if isinstance(verifiers, Verifier):
+            return verifiers.for_num_drafts(num_drafts)
+        return verifiers(depth, num_drafts)
+
     reach = np.zeros(tree.num_nodes)
     reach[0] = 1.0
     laws = {}
     for node, draws in sorted(tree.draft_tokens.items()):  # parents precede children
-        node_verifier = verifier.for_num_drafts(len(draws))
-        if len(draws) > 1 and node_verifier.scheme != tree.draft_scheme:
-            raise ValueError(f"verifier: {verifier.name!r} verifies {node_verifier.scheme} drafts, "
+        verifier = verifier_at(int(tree.depths[node]), len(draws))
+        if not verifier.per_node:
+            raise ValueError(f"verifier: {verifier.name!r} decides on a whole tree; token-wise verification "
+                             "needs a per-node verifier")
+        if len(draws) > 1 and verifier.scheme != tree.draft_scheme:
+            raise ValueError(f"verifier: {verifier.name!r} verifies {verifier.scheme} drafts, "
                              f"the tree was drafted {tree.draft_scheme}")
-        laws[node] = node_verifier.output_law(tree.target_probs[node], tree.draft_probs[node], [draws])[0]
+        laws[node] = verifier.output_law(tree.target_probs[node], tree.draft_probs[node], [draws])[0]
         for child in tree.children(node):
             reach[child] = reach[node] * laws[node][tree.tokens[child]]
     return reach, laws
 
 
-def tokenwise_outcome_law(tree: DraftedTree, verifier: Verifier) -> np.ndarray:
+def tokenwise_outcome_law(tree: DraftedTree, verifier: NodeVerifiers) -> np.ndarray:
     """Exact P(last accepted node u, next token y | tree) of token-level verification.
     # -> [nodes, vocab]
 
@@ -355,9 +365,10 @@ def tokenwise_outcome_law(tree: DraftedTree, verifier: Verifier) -> np.ndarray:
     return law
 
 
-def tokenwise_expected_accepted(tree: DraftedTree, verifier: Verifier) -> float:
+def tokenwise_expected_accepted(tree: DraftedTree, verifier: NodeVerifiers) -> float:
     """Exact E[accepted drafts | tree] of token-level verification with ``verifier`` at every
-    node: Σ_{v ≠ root} reach(v), reach(child c of v) = reach(v)·π(token of c | draws at v).
+    node (or ``verifier(depth, num_drafts)``): Σ_{v ≠ root} reach(v), with reach(root) = 1 and
+    reach(child c of v) = reach(v)·π(token of c | draws at v).
     Information used: at each node, that node's conditionals only, one node at a time."""
     reach, _ = _tokenwise_walk(tree, verifier)
     return float(reach[1:].sum())
