@@ -144,3 +144,39 @@ def test_the_check_has_power(target_model, draft_model):
     }
     assert chi_square_power(target_law, draft_law, SAMPLES) > 0.99
     assert chi_square_power(target_law, contaminated, SAMPLES) > 0.7
+
+
+TREE_VERIFIER_CASES = {
+    "chain-block": ("chain", {"gamma": 2, "verifier": "block"}, Processing()),
+    "tree-traversal": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"}, Processing()),
+    "sparse-traversal-top_p": ("sparse", {"budget": 4, "depth": 2, "width": 3, "verifier": "traversal"},
+                               Processing(temperature=0.9, top_p=0.9)),
+}
+
+
+@pytest.mark.parametrize("case", TREE_VERIFIER_CASES.values(), ids=TREE_VERIFIER_CASES.keys())
+def test_whole_tree_verifiers_generate_the_target_sequence_law(case, target_model, draft_model):
+    """Block (chains) and traversal (trees, budgeted trees) in the engine, EOS inside the
+    block and the length cut included (3 new tokens below a depth-2 tree)."""
+    check_lossless(case, target_model, draft_model)
+
+
+@pytest.mark.parametrize("name, options", [("chain", {"gamma": 3}), ("chain", {"gamma": 3, "verifier": "block"}),
+                                           ("tree", {"num_drafts": 2, "depth": 2}),
+                                           ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"})])
+def test_recorded_exact_expected_length_agrees_with_the_realised_counts(name, options, target_model, draft_model):
+    """Averaged over steps, the exact per-step E[accepted | drafted tree] and the realised
+    accepted count estimate the same mean: their difference is within 4 standard errors
+    (the per-step differences have mean 0 given the trees; seeded)."""
+    processing = Processing()
+    decoder = model_decoder(target_model, draft_model, processing)
+    method = build_method(name, **options)
+    differences = []
+    generator = torch.Generator().manual_seed(11)
+    for _ in range(150):
+        stats = decoder.generate([1, 2], method, 12, generator, record_expected=True).stats
+        steps = [length for length, size in zip(stats.accepted_lengths, stats.tree_sizes) if size]
+        differences += [realised - expected for realised, expected in zip(steps, stats.expected_lengths)]
+    differences = torch.tensor(differences, dtype=torch.float64)
+    assert len(differences) > 300
+    assert abs(differences.mean()) <= 4 * differences.std() / len(differences) ** 0.5

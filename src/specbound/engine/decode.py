@@ -42,6 +42,7 @@ from specbound.engine.methods import Method
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
+from specbound.verifiers.tree import drafted_tree, tokenwise_expected_accepted
 
 
 class Drafter(Protocol):
@@ -214,8 +215,7 @@ class Decoder:
         if method.tree_verifier is not None and len(tree) > 1:
             return self._verify_tree(scores, row, tree, root_entry, method, sequence, stats, record_expected)
         if record_expected and len(tree) > 1:
-            with stats.timed("verify"):
-                sequence.stats.expected_lengths.append(self._expected_tokenwise(scores, row, tree, root_entry, method))
+            sequence.stats.expected_lengths.append(self._expected_tokenwise(scores, row, tree, root_entry, method, stats))
         return self._walk(scores, row, tree, root_entry, method, sequence, stats)
 
     def _walk(self, scores, row, tree, root_entry, method, sequence, stats) -> StepOutcome:
@@ -251,41 +251,37 @@ class Decoder:
             return self.processing.probs(logits)  # [nodes, vocab]
 
     def _verify_tree(self, scores, row, tree, root_entry, method, sequence, stats, record_expected) -> StepOutcome:
-        """A whole-tree verifier (block, traversal) decides the accepted path at once."""
-        from specbound.verifiers.tree import drafted_tree
-
+        """A whole-tree verifier (block, traversal) decides the accepted path at once from
+        every node's target row; it draws ``num_uniforms`` float64 uniforms."""
         target_rows = self._node_rows(scores, row, tree, root_entry, stats)
         with stats.timed("verify"):
-            drafted = drafted_tree(tree, target_rows)
+            drafted = self._drafted(tree, target_rows, method)
             verifier = method.tree_verifier
             if record_expected:
                 sequence.stats.expected_lengths.append(float(verifier.expected_accepted(drafted)))
             uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64)
             node, token = verifier.verify_tree(drafted, uniforms.numpy())
-        path = tree.path_to(node)
+        path = list(drafted.path_nodes(node))
         for depth, child in enumerate(path):
             sequence.stats.record_position(depth, True, tree.ranks[child])
-        rejected = bool(tree.draft_tokens.get(node) is not None)  # stopped below a node that had drafts
-        if node in tree.draft_tokens or tree.depths[node] < tree.depth:
-            sequence.stats.record_position(tree.depths[node], False, None)
-        emitted = [tree.tokens[child] for child in path] + [int(token)]
-        rows = [target_rows[[0] + path][i : i + 1] for i in range(len(path) + 1)]
-        return StepOutcome(path, emitted, rejected=rejected, target_probs=rows)
+        rejected = node in tree.draft_tokens  # stopped at a node that had drafts: its token is a residual
+        if rejected:
+            sequence.stats.record_position(tree.depths[node], False)
+        rows = [target_rows[node : node + 1] for node in [0] + path]
+        return StepOutcome(path, [tree.tokens[child] for child in path] + [int(token)], rejected, rows)
 
-    def _expected_tokenwise(self, scores, row, tree, root_entry, method) -> float:
-        """Exact E[accepted drafts | this tree] of top-down verification: E(v) =
-        Σ_children π(c | v's drafts)·(1 + E(c)), π the depth's verifier's output law."""
-        target_rows = self.processing.probs(scores.logits(row, [root_entry + node for node in range(len(tree))]))
-        target64 = target_rows.double()
-        target64 = (target64 / target64.sum(dim=-1, keepdim=True)).numpy()
-        expected = [0.0] * len(tree)
-        for node in sorted(tree.draft_tokens, key=lambda n: -tree.depths[n]):
-            drafts = tree.draft_tokens[node]
-            verifier = method.verifier_at(tree.depths[node], drafts.shape[0])
-            draft64 = tree.draft_probs[node].double()
-            law = verifier.output_law(target64[node], (draft64 / draft64.sum()).numpy(), drafts.numpy()[None])[0]
-            expected[node] = float(sum(law[token] * (1.0 + expected[child]) for token, child in tree.children[node].items()))
-        return expected[0]
+    def _expected_tokenwise(self, scores, row, tree, root_entry, method, stats) -> float:
+        """Exact E[accepted drafts | this tree] of top-down verification with the method's
+        verifier at each depth (``verifiers.tree.tokenwise_expected_accepted``)."""
+        return tokenwise_expected_accepted(self._drafted(tree, self._node_rows(scores, row, tree, root_entry, stats),
+                                                         method), method.verifier_at)
+
+    @staticmethod
+    def _drafted(tree: DraftTree, target_rows: torch.Tensor, method: Method):
+        several = [tree.schemes[node] for node, drafts in tree.draft_tokens.items() if drafts.numel() > 1]
+        scheme = several[0] if several else "with_replacement"  # one draw is a draw from q under every scheme
+        return drafted_tree(tree.parents, tree.tokens, {node: drafts.cpu() for node, drafts in tree.draft_tokens.items()},
+                            scheme, {node: probs.cpu() for node, probs in tree.draft_probs.items()}, target_rows.cpu())
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _emit(self, sequence: _Sequence, outcome: StepOutcome, max_new_tokens: int, record_target_probs: bool) -> list[int]:
