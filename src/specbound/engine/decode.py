@@ -120,19 +120,24 @@ class Decoder:
 
     def generate(self, prompt_ids, method: Method, max_new_tokens: int, generator: torch.Generator,
                  record_target_probs: bool = False, record_expected: bool = False,
-                 streamer: Streamer | None = None) -> Generation:
+                 streamer: Streamer | None = None, observer=None) -> Generation:
         """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``
         (module docstring); ``streamer`` receives the tokens as they are accepted."""
         return self.generate_batch([prompt_ids], method, max_new_tokens, [generator], record_target_probs,
-                                   record_expected, streamer)[0]
+                                   record_expected, streamer, observer)[0]
 
     def generate_batch(self, prompts, method: Method, max_new_tokens: int, generators,
                        record_target_probs: bool = False, record_expected: bool = False,
-                       streamer: Streamer | None = None) -> list[Generation]:
+                       streamer: Streamer | None = None, observer=None) -> list[Generation]:
         """Decode the sequences ``prompts`` together, sequence b drawing its randomness from
         ``generators[b]``: each gets exactly the tokens ``generate`` gives it alone with the
         same generator state. Its ``stats`` hold its own counts; the phase times and the
-        wall time are the batch's."""
+        wall time are the batch's.
+
+        ``observer(index, tree, target_rows)``, when given, is called at every step that
+        drafted, for sequence ``index`` of ``prompts``, with its ``DraftTree`` and the target
+        rows of all its nodes ``[nodes, vocab]`` (node order) — for studies that compare
+        verifiers on the same drafted steps; it costs one head and one softmax per node."""
         prompts = [[int(token) for token in prompt] for prompt in prompts]
         self._check(prompts, method, max_new_tokens, generators, streamer)
         batch_stats = RunStats()
@@ -150,7 +155,7 @@ class Decoder:
             streamer.put(torch.tensor(prompts[0]))
         active = list(sequences)
         while active:
-            outcomes = self._step(active, method, max_new_tokens, batch_stats, record_expected)
+            outcomes = self._step(active, method, max_new_tokens, batch_stats, record_expected, observer)
             for sequence, outcome in zip(active, outcomes):
                 emitted = self._emit(sequence, outcome, max_new_tokens, record_target_probs)
                 if streamer is not None and emitted:
@@ -176,7 +181,7 @@ class Decoder:
 
     # -- one step ----------------------------------------------------------------------------
     def _step(self, active: list[_Sequence], method: Method, max_new_tokens: int, stats: RunStats,
-              record_expected: bool) -> list[StepOutcome]:
+              record_expected: bool, observer=None) -> list[StepOutcome]:
         depths = [min(method.depth, max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
         contexts = [sequence.context for sequence in active]
         with stats.timed("draft"):
@@ -193,6 +198,10 @@ class Decoder:
                                        [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
                 pending_counts.append(len(pending))
             scores = self.target.score(entries)
+        if observer is not None:
+            for row, (tree, sequence) in enumerate(zip(trees, active)):
+                if len(tree) > 1:
+                    observer(sequence.index, tree, self._node_rows(scores, row, tree, pending_counts[row] - 1, stats))
         outcomes = [self._verify(scores, row, tree, pending_counts[row] - 1, method, sequence, stats, record_expected)
                     for row, (tree, sequence) in enumerate(zip(trees, active))]
         with stats.timed("target"):
