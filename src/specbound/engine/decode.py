@@ -42,7 +42,7 @@ from specbound.engine.methods import Method
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
-from specbound.verifiers.tree import drafted_tree, tokenwise_expected_accepted
+from specbound.verifiers.tree import tokenwise_expected_accepted
 
 
 class Drafter(Protocol):
@@ -287,10 +287,7 @@ class Decoder:
 
     @staticmethod
     def _drafted(tree: DraftTree, target_rows: torch.Tensor, method: Method):
-        several = [tree.schemes[node] for node, drafts in tree.draft_tokens.items() if drafts.numel() > 1]
-        scheme = several[0] if several else "with_replacement"  # one draw is a draw from q under every scheme
-        return drafted_tree(tree.parents, tree.tokens, {node: drafts.cpu() for node, drafts in tree.draft_tokens.items()},
-                            scheme, {node: probs.cpu() for node, probs in tree.draft_probs.items()}, target_rows.cpu())
+        return tree.drafted(target_rows)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _emit(self, sequence: _Sequence, outcome: StepOutcome, max_new_tokens: int, record_target_probs: bool) -> list[int]:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specbound.verifiers.tree import DraftedTree, drafted_tree
+
 
 @dataclass
 class DraftTree:
@@ -63,6 +65,16 @@ class DraftTree:
                 self.reach.append(self.reach[node] * value)
                 self.ranks.append(rank)
         return new_children
+
+    def drafted(self, target_rows: torch.Tensor) -> DraftedTree:
+        """This step as the verifiers see it (``verifiers.tree.drafted_tree``), with the
+        target rows of its nodes. Its draft scheme is that of the nodes with several draws
+        (one draw is a draw from q under every scheme).  # target_rows [nodes, vocab]"""
+        several = [self.schemes[node] for node, drafts in self.draft_tokens.items() if drafts.numel() > 1]
+        scheme = several[0] if several else "with_replacement"
+        draft_tokens = {node: drafts.cpu() for node, drafts in self.draft_tokens.items()}
+        draft_rows = {node: probs.cpu() for node, probs in self.draft_probs.items()}
+        return drafted_tree(self.parents, self.tokens, draft_tokens, scheme, draft_rows, target_rows.cpu())
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's first child down to ``node``."""
