@@ -99,3 +99,32 @@ def plot_speed_gain(epsilons, gains: dict, path, title: str) -> Path:
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
     return save_figure(figure, path)
+
+
+def plot_multistep_lengths(panels, path, title: str) -> Path:
+    """Accepted drafts per step against the decoding configuration, one panel per family
+    (chains against γ, trees against their shape): one solid line per verifier, the optima
+    dashed, with ±2 standard-error bars, the lines set slightly apart so that equal ones
+    (block and traversal on a chain) both show. ``panels``: (xlabel, x values [k], verifier
+    curves, optimum curves), curves mapping a label to (means [k], errors [k]); a NaN mean
+    draws no point. Numeric x values are spaced by value, others evenly."""
+    figure, all_axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.6), squeeze=False)
+    for axes, (xlabel, x_values, verifier_curves, optimum_curves) in zip(all_axes[0], panels):
+        numeric = all(isinstance(value, (int, float)) for value in x_values)
+        positions = np.asarray(x_values if numeric else range(len(x_values)), dtype=np.float64)
+        spacing = np.min(np.diff(np.sort(positions))) if len(positions) > 1 else 1.0
+        lines = [("-", curve) for curve in verifier_curves.items()]
+        lines += [("--", curve) for curve in optimum_curves.items()]
+        colors, markers = iter(plt.cm.tab10.colors), iter("o^vDsP" * len(lines))
+        for index, (line_style, (label, (means, errors))) in enumerate(lines):
+            dodge = (index - (len(lines) - 1) / 2) * 0.04 * spacing
+            axes.errorbar(positions + dodge, means, yerr=_error_bars(errors), marker=next(markers), ms=4, lw=1.4,
+                          ls=line_style, capsize=3, color=next(colors), label=label)
+        axes.set_xticks(positions, [str(value) for value in x_values])
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("accepted drafts per step (mean ± 2 s.e.)")
+        axes.set_ylim(0, None)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8, loc="best")
+    figure.suptitle(title, fontsize=11)
+    return save_figure(figure, path)

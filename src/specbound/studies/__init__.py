@@ -4,14 +4,16 @@ The registry ``STUDIES`` (``base``) holds one class per study, each owning its o
 units, tables and report sections:
 - ``acceptance``: [HU]'s exact per-position acceptance of every method and the optimum α*;
 - ``rejections``: [YIN]'s predicted vs the engine's measured rejections (Thm 1, Thm 3);
-- ``bias``: [YIN]'s Decoding-OPT vs Decoding-UNO, exact per-token bias and speed.
+- ``bias``: [YIN]'s Decoding-OPT vs Decoding-UNO, exact per-token bias and speed;
+- ``multistep``: token-wise vs block vs traversal verification on the same drafted steps,
+  and the multi-step optimum (SPEC.md §7).
 
 Shared pieces: ``traces`` (a generation and the exact rows along it), ``trace_theory``
 (Yin's cost along one trace), ``runner`` and ``records`` (resumable append-only results),
 ``document`` and ``report`` (the rendered report).
 """
 
-from specbound.studies import acceptance, bias, rejections  # noqa: F401  (registration)
+from specbound.studies import acceptance, bias, multistep, rejections  # noqa: F401  (registration)
 from specbound.studies.base import STUDIES, Study, get_study, register_study
 
 __all__ = ["STUDIES", "Study", "get_study", "register_study"]

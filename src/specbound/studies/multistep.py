@@ -1,0 +1,527 @@
+"""Multi-step verification along real generations (SPEC.md §7): token-wise, block and
+traversal verification on the same drafted steps, and the multi-step optimum.
+
+Units: prompts × temperatures × configurations — chains of γ drafts (``gammas``), trees of
+n drafts per node over d levels (``trees``, "n×d") and budgeted sparse trees (``sparse``,
+"budget/depth", ``engine.methods.sparse``). Each unit decodes its prompt with the engine.
+The drafts of a step are drawn once, with the scheme every verifier compared needs: one
+draw per node on a chain, without replacement on a tree (traversal's setting; token-wise
+RRS without replacement verifies the same trees). At every step that drafted, the Decoder's
+observer hands over the drafted tree and the target rows of its nodes, and the exact
+expected number of accepted drafts given that tree, E[τ | tree] (SPEC.md §7.3), is recorded
+for every verifier that applies:
+- token-wise: ``single`` on chains, ``rrs_without_replacement`` on trees (SPEC.md §6);
+- ``block`` on chains (§7.1);
+- ``traversal`` everywhere (§7.2; on a chain it *is* block verification);
+next to the realised accepted count of the verifier that decided (``decide``: the multi-step
+one, block or traversal, by default; or the token-wise one) and the tree's size; each unit
+also records the realised tokens per target call. The verifiers are compared **paired**: on
+the same drafted steps, so their difference has far less noise than two separate runs.
+
+The multi-step optimum (SPEC.md §7.4) needs the law of the drafted tree and the target's law
+of sequences, enumerated (``verifiers.tree.TreeDrafter``): only for small vocabularies and
+trees. When the pair's vocabulary and the configuration keep the LP within ``optimum_limit``
+entries per step, every step's prefix gets the ladder, each rung exact **over the drafts**
+(the expectation over the drafted tree at that prefix, computed from full forwards of both
+models at every prefix the enumeration meets): token-wise ≤ block / traversal ≤ the best
+lossless verifier ≤ the coupling bound. Those are per-step means over the drafts, not given
+the drafted tree, so the optimum bounds them step by step; E[τ | tree] of a lucky tree can
+exceed it. Budgeted trees have no such law per node prefix (a node's number of children
+depends on the whole frontier), so they get none.
+
+Tables average per drafted step (all steps of all prompts pooled), with standard errors
+over prompts (prompts as clusters, ``statistics``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specbound.checks import WorkLimitError, positive_int, within_limit
+from specbound.datasets import Prompt
+from specbound.engine import Processing
+from specbound.engine.methods import Method, build_method
+from specbound.models.pair import ModelPair
+from specbound.plots.studies import plot_multistep_lengths
+from specbound.statistics import grouped_per_token_means, per_token_mean
+from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
+from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
+from specbound.studies.records import StudyResults
+from specbound.studies.traces import Trace, checked_generation_settings, generation_summary
+from specbound.verifiers import get_verifier
+from specbound.verifiers.tree import TreeDrafter, tokenwise_expected_accepted
+
+DEFAULT_OPTIMUM_LIMIT = 1_000_000  # LP entries per step: chains γ ≤ 3 and trees n×1 on a 6-token vocabulary
+DECIDERS = ("multistep", "tokenwise")
+
+
+@dataclass(frozen=True)
+class MultistepConfig:
+    """One decoding configuration: a chain (``size`` = ``depth`` = γ), a tree (``size`` = n
+    drafts per node, ``depth`` = d levels) or a budgeted sparse tree (``size`` = its node
+    budget, ``depth`` = its largest depth)."""
+
+    kind: str  # "chain", "tree" or "sparse"
+    size: int
+    depth: int
+
+    @property
+    def label(self) -> str:
+        return {"chain": f"chain γ={self.depth}", "tree": f"tree {self.size}×{self.depth}",
+                "sparse": f"sparse {self.size}/{self.depth}"}[self.kind]
+
+    @property
+    def tokenwise(self) -> str:
+        """The token-wise verifier of these drafts."""
+        return "single" if self.kind == "chain" else "rrs_without_replacement"
+
+    @property
+    def multistep(self) -> str:
+        """The multi-step verifier of these drafts."""
+        return "block" if self.kind == "chain" else "traversal"
+
+    @property
+    def verifiers(self) -> dict[str, str]:
+        """Record key -> verifier name: every verifier that applies to these drafts."""
+        compared = {"tokenwise": self.tokenwise, "block": "block", "traversal": "traversal"}
+        return compared if self.kind == "chain" else {"tokenwise": self.tokenwise, "traversal": "traversal"}
+
+    @property
+    def scheme(self) -> str:
+        return "with_replacement" if self.kind == "chain" else "without_replacement"
+
+    def method(self, decide: str) -> Method:
+        verifier = self.multistep if decide == "multistep" else self.tokenwise
+        if self.kind == "chain":
+            return build_method("chain", gamma=self.depth, verifier=verifier)
+        if self.kind == "tree":
+            return build_method("tree", num_drafts=self.size, depth=self.depth, verifier=verifier)
+        return build_method("sparse", budget=self.size, depth=self.depth, verifier=verifier)
+
+    def branching(self, depth: int) -> tuple[int, ...] | None:
+        """Draws per node by depth for a step drafted ``depth`` deep; None for a budgeted tree."""
+        if self.kind == "sparse":
+            return None
+        return (1 if self.kind == "chain" else self.size,) * depth
+
+
+def multistep_configs(gammas, trees, sparse) -> list[MultistepConfig]:
+    """Chains, then trees (n, d), then sparse trees (budget, depth), each checked."""
+    configs = [MultistepConfig("chain", positive_int("gammas", gamma), gamma) for gamma in gammas]
+    configs += [MultistepConfig("tree", positive_int("trees", n), positive_int("trees", d)) for n, d in trees]
+    configs += [MultistepConfig("sparse", positive_int("sparse", b), positive_int("sparse", d)) for b, d in sparse]
+    if not configs:
+        raise ValueError("gammas, trees, sparse: expected at least one configuration")
+    for config in configs:
+        config.method("multistep")  # checks what the engine checks
+    return list(dict.fromkeys(configs))
+
+
+def optimum_entries(vocab_size: int, branching) -> float:
+    """The size of one step's best-lossless-verifier LP (``TreeDrafter.lossless_verifier_optimum``),
+    an upper bound: drafted trees × Σ_nodes V^(d + 1 − depth), the emitted sequences of each
+    node's (next token, target continuation). Trees: a node at depth k with n draws has at
+    most V^n draw sequences, each child a subtree of depth k + 1."""
+    vocab, depth = float(vocab_size), len(branching)
+    trees = 1.0
+    for count in reversed(branching):
+        trees = vocab**count * trees**count
+    widths = np.cumprod([1, *branching], dtype=np.float64)  # nodes per depth
+    return trees * sum(width * vocab ** (depth + 1 - level) for level, width in enumerate(widths))
+
+
+class FullForwards:
+    """Token sequence -> a model's next-token law after it, by one plain forward over the
+    whole sequence (no cache, no engine), through ``processing``; float64, renormalised,
+    memoised. The rows the enumeration of ``TreeDrafter`` asks for, at any prefix."""
+
+    def __init__(self, model: torch.nn.Module, processing: Processing):
+        self.model = model
+        self.processing = processing
+        self.device = next(model.parameters()).device
+        self.rows: dict[tuple[int, ...], np.ndarray] = {}
+
+    def __call__(self, sequence: tuple[int, ...]) -> np.ndarray:
+        if sequence not in self.rows:
+            with torch.no_grad():
+                logits = self.model(input_ids=torch.tensor([sequence], device=self.device)).logits[0, -1:]
+            row = self.processing.probs(logits.float().cpu())[0].double().numpy()
+            self.rows[sequence] = row / row.sum()
+        return self.rows[sequence]
+
+
+def expected_accepted(drafted, verifier) -> float:
+    """Exact E[accepted drafts | drafted tree] (SPEC.md §7.3) of a per-node verifier applied
+    token-wise, or of a whole-tree verifier."""
+    if verifier.per_node:
+        return float(tokenwise_expected_accepted(drafted, verifier))
+    return float(verifier.expected_accepted(drafted))
+
+
+def exact_ladder(target: FullForwards, draft: FullForwards, context: list[int], config: MultistepConfig,
+                 depth: int) -> dict[str, float]:
+    """The ladder at one step's prefix (``context``, its last token the root), each rung exact
+    over the drafted tree of ``depth`` levels: token-wise and multi-step verification's
+    expected accepted drafts, the best lossless verifier and the coupling bound (SPEC.md §7.4)."""
+    before = tuple(context[:-1])
+    drafter = TreeDrafter(lambda prefix: target(before + prefix), lambda prefix: draft(before + prefix),
+                          config.branching(depth), config.scheme)
+    root = context[-1]
+    tokenwise, multistep = get_verifier(config.tokenwise), get_verifier(config.multistep)
+    coupling = drafter.chain_coupling_optimum(root) if config.kind == "chain" else drafter.coupling_optimum(root)
+    return {
+        "tokenwise": drafter.expectation(root, lambda tree: expected_accepted(tree, tokenwise)),
+        "multistep": drafter.expectation(root, lambda tree: expected_accepted(tree, multistep)),
+        "best_lossless": drafter.lossless_verifier_optimum(root),
+        "coupling_bound": coupling,
+    }
+
+
+def _option_list(parse_item, example: str):
+    """A comma-separated option value, each item by ``parse_item`` (None: refused); 'none' -> []."""
+    def parse(text: str) -> list:
+        if text.strip().lower() == "none":
+            return []
+        values = []
+        for item in (value.strip() for value in text.split(",") if value.strip()):
+            value = parse_item(item)
+            if value is None:
+                raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none', "
+                                                 f"got {item!r}")
+            values.append(value)
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none'")
+        return values
+
+    return parse
+
+
+def _positive(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _entries(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer (LP entries), got {text!r}")
+    return int(text)
+
+
+def _pair_of_positives(separator: str):
+    def parse(text: str) -> tuple[int, int] | None:
+        parts = [_positive(part.strip()) for part in text.replace("×", "x").split(separator)]
+        return tuple(parts) if len(parts) == 2 and None not in parts else None
+
+    return parse
+
+
+@register_study
+class MultistepStudy(Study):
+    name = "multistep"
+    help = "token-wise vs block vs traversal verification on the same drafted steps, and the multi-step optimum"
+    order = 3
+
+    def __init__(
+        self,
+        temperatures=(0.7,),
+        max_new_tokens: int = 128,
+        gammas=(2, 4),
+        trees=((2, 2), (3, 3)),
+        sparse=(),
+        decide: str = "multistep",
+        optimum_limit: int = DEFAULT_OPTIMUM_LIMIT,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ):
+        self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
+        self.max_new_tokens = max_new_tokens
+        self.configs = multistep_configs(gammas, trees, sparse)
+        if decide not in DECIDERS:
+            raise ValueError(f"decide: expected one of {', '.join(DECIDERS)}, got {decide!r}")
+        self.decide = decide
+        self.optimum_limit = positive_int("optimum_limit", optimum_limit, minimum=0)
+        self.top_k, self.top_p = top_k, top_p
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        parser.add_argument("--gammas", type=_option_list(_positive, "2,4"), default=[2, 4],
+                            help="chain lookaheads γ (default 2,4; 'none': no chains)")
+        parser.add_argument("--trees", type=_option_list(_pair_of_positives("x"), "2x2,3x3"),
+                            default=[(2, 2), (3, 3)],
+                            help="trees NxD: N drafts per node (without replacement), D levels "
+                            "(default 2x2,3x3; 'none': no trees)")
+        parser.add_argument("--sparse", type=_option_list(_pair_of_positives("/"), "8/4"), default=[],
+                            help="budgeted sparse trees BUDGET/DEPTH (width 4, at most 4 children a node; "
+                            "default none)")
+        parser.add_argument("--decide", choices=DECIDERS, default="multistep",
+                            help="the verifier whose decisions the engine follows: block/traversal (multistep, "
+                            "default) or token-wise")
+        parser.add_argument("--optimum-limit", type=_entries, default=DEFAULT_OPTIMUM_LIMIT,
+                            help="largest LP of the multi-step optimum, in entries per step "
+                            f"(default {DEFAULT_OPTIMUM_LIMIT:,}: tiny vocabularies only; 0: never)")
+
+    @classmethod
+    def from_arguments(cls, args, generation: dict) -> MultistepStudy:
+        return cls(gammas=args.gammas, trees=args.trees, sparse=args.sparse, decide=args.decide,
+                   optimum_limit=args.optimum_limit, **generation)
+
+    def settings(self) -> dict:
+        return {
+            "temperatures": self.temperatures,
+            "max_new_tokens": self.max_new_tokens,
+            "configs": [config.label for config in self.configs],
+            "decide": self.decide,
+            "optimum_limit": self.optimum_limit,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "generation": "engine; drafts once per step (chains one draw a node, trees without replacement), "
+            "every verifier's exact E[accepted | drafted tree] on the same steps",
+        }
+
+    def units(self, prompts: list[Prompt]) -> list[Unit]:
+        return setting_units(prompts, self.temperatures, self.configs)
+
+    def optimum_status(self, vocab_size: int, config: MultistepConfig) -> str | None:
+        """None when the multi-step optimum is computed for ``config``, else why not."""
+        if config.kind == "sparse":
+            return "not computed: a budgeted tree's shape depends on its whole frontier, not on a node's prefix"
+        try:
+            within_limit(f"LP at V = {vocab_size:,}", optimum_entries(vocab_size, config.branching(config.depth)),
+                         self.optimum_limit, "entries", "--optimum-limit")
+        except WorkLimitError as error:
+            return f"not computed: {error}"
+        return None
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        temperature, config = unit.config["temperature"], unit.config["config"]
+        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
+        prompt_ids = pair.encode(unit.prompt.text)
+        verifiers = {key: get_verifier(name) for key, name in config.verifiers.items()}
+        observed, observing = [], [0.0]
+
+        def observe(index: int, tree, target_rows: torch.Tensor) -> None:  # target_rows [nodes, vocab]
+            started = time.perf_counter()
+            drafted = tree.drafted(target_rows)
+            observed.append((tree.tokens[0], tree.depth,
+                             {key: expected_accepted(drafted, verifier) for key, verifier in verifiers.items()}))
+            observing[0] += time.perf_counter() - started
+
+        decoder = pair.decoder(processing, "model")
+        generation = decoder.generate(prompt_ids, config.method(self.decide), self.max_new_tokens, generator,
+                                      observer=observe)
+        stats = generation.stats
+        started = time.perf_counter()
+        status = self.optimum_status(pair.vocab_size, config)
+        if status is None:
+            target, draft = FullForwards(pair.target, processing), FullForwards(pair.draft, processing)
+        common = {"prompt_id": unit.prompt.id, "temperature": temperature, "config": config.label}
+        steps, drafted, emitted = [], iter(observed), 0
+        for step, (accepted, size) in enumerate(zip(stats.accepted_lengths, stats.tree_sizes)):
+            context = list(prompt_ids) + generation.tokens[:emitted]
+            emitted += accepted + 1  # the accepted drafts and one more token (the last step may be cut)
+            if size:
+                root, depth, expected = next(drafted)
+                if root != context[-1]:
+                    raise RuntimeError(f"step {step}: the observed tree's root {root} is not the context's last token")
+                steps.append({
+                    **common, "step": step, "depth": depth, "tree_size": size, "accepted": accepted,
+                    "expected": expected,
+                    "ladder": None if status else exact_ladder(target, draft, context, config, depth),
+                })
+        trace = Trace(list(prompt_ids), generation.tokens, generation.finish_reason, stats)
+        run = {
+            **common, "family": config.kind, "size": config.size, "depth": config.depth, "decide": self.decide,
+            "verifiers": config.verifiers,
+            "decided_by": config.multistep if self.decide == "multistep" else config.tokenwise,
+            "optimum": status or "computed", **generation_summary(pair, trace),
+        }
+        seconds = {"generate": stats.wall_seconds - observing[0], "exact": observing[0],
+                   "optimum": time.perf_counter() - started}
+        return UnitOutput(steps, run, seconds)
+
+    @staticmethod
+    def summary_tables(results) -> list:
+        return [("expected accepted drafts per step on the same drafted steps (± s.e. over prompts)",
+                 multistep_table(results)),
+                ("the ladder, exact over the drafts at each step's prefix (± s.e. over prompts)",
+                 ladder_table(results))]
+
+    @staticmethod
+    def report_section(results: StudyResults, figure_dir: Path) -> list:
+        return multistep_report(results, figure_dir)
+
+
+# -- summaries ------------------------------------------------------------------------------
+def _difference(step: dict, key: str):
+    expected = step["expected"]
+    return expected[key] - expected["tokenwise"] if key in expected else None
+
+
+def _ladder(key: str, minus: str | None = None):
+    def value(step: dict):
+        ladder = step["ladder"]
+        if ladder is None:
+            return None
+        return ladder[key] - (ladder[minus] if minus else 0.0)
+
+    return value
+
+
+STEP_VALUES = {
+    "tokenwise": lambda step: step["expected"]["tokenwise"],
+    "block": lambda step: step["expected"].get("block"),
+    "traversal": lambda step: step["expected"]["traversal"],
+    "block_gain": lambda step: _difference(step, "block"),
+    "traversal_gain": lambda step: _difference(step, "traversal"),
+    "realised": lambda step: step["accepted"],
+    "tree_size": lambda step: step["tree_size"],
+    "ladder_tokenwise": _ladder("tokenwise"),
+    "ladder_multistep": _ladder("multistep"),
+    "best_lossless": _ladder("best_lossless"),
+    "coupling_bound": _ladder("coupling_bound"),
+    "gap_multistep": _ladder("best_lossless", "multistep"),
+    "gap_tokenwise": _ladder("best_lossless", "tokenwise"),
+    "coupling_gap": _ladder("coupling_bound", "best_lossless"),
+}
+
+
+def _per_step_mean(steps: list[dict], value) -> tuple[float, float] | None:
+    """Mean of ``value`` per drafted step, standard error over prompts; None when no step has one."""
+    kept = [step for step in steps if value(step) is not None]
+    if not kept:
+        return None
+    mean, error, _ = grouped_per_token_means(kept, lambda step: (), value)[()]
+    return mean, error
+
+
+def multistep_summary(results: StudyResults) -> list[dict]:
+    """Per (temperature, configuration), in the settings' order: the per-step means of every
+    ``STEP_VALUES`` entry and the realised tokens per target call (Σ tokens / Σ calls, its
+    standard error over prompts)."""
+    order = {label: index for index, label in enumerate(results.settings["configs"])}
+    runs_by_group, steps_by_group = {}, {}
+    for run in results.runs:
+        runs_by_group.setdefault((run["temperature"], run["config"]), []).append(run)
+    for step in results.positions:
+        steps_by_group.setdefault((step["temperature"], step["config"]), []).append(step)
+    summary = []
+    for key in sorted(runs_by_group, key=lambda key: (key[0], order.get(key[1], len(order)))):
+        runs, steps = runs_by_group[key], steps_by_group.get(key, [])
+        row = {
+            "temperature": key[0], "config": key[1], "family": runs[0]["family"], "depth": runs[0]["depth"],
+            "verifiers": runs[0]["verifiers"], "decided_by": runs[0]["decided_by"], "optimum": runs[0]["optimum"],
+            "prompts": len(runs), "steps": len(steps),
+            "tokens_per_call": per_token_mean([len(run["tokens"]) for run in runs],
+                                              [run["engine"]["target_calls"] for run in runs]),
+        }
+        row.update({name: _per_step_mean(steps, value) for name, value in STEP_VALUES.items()})
+        summary.append(row)
+    return summary
+
+
+def multistep_table(results: StudyResults) -> tuple[list[str], list[list]]:
+    headers = ["T", "config", "prompts", "steps", "drafted nodes", "token-wise", "block", "traversal",
+               "block − token-wise", "traversal − token-wise", "realised (decided by)", "tokens/call realised"]
+    rows = [
+        [f"{row['temperature']:g}", row["config"], str(row["prompts"]), str(row["steps"]),
+         estimate(row["tree_size"], 2), estimate(row["tokenwise"]), estimate(row["block"]),
+         estimate(row["traversal"]), estimate(row["block_gain"]), estimate(row["traversal_gain"]),
+         f"{estimate(row['realised'])} ({row['decided_by']})", estimate(row["tokens_per_call"], 3)]
+        for row in multistep_summary(results)
+    ]
+    return headers, rows
+
+
+def ladder_table(results: StudyResults) -> tuple[list[str], list[list]]:
+    headers = ["T", "config", "steps", "token-wise", "block / traversal", "best lossless verifier",
+               "coupling bound", "best lossless − block/traversal", "best lossless − token-wise", "optimum"]
+    rows = []
+    for row in multistep_summary(results):
+        computed = row["optimum"] == "computed"
+        rows.append([
+            f"{row['temperature']:g}", row["config"], str(row["steps"]), estimate(row["ladder_tokenwise"]),
+            estimate(row["ladder_multistep"]), estimate(row["best_lossless"]), estimate(row["coupling_bound"]),
+            estimate(row["gap_multistep"]), estimate(row["gap_tokenwise"]),
+            "computed" if computed else row["optimum"],
+        ])
+    return headers, rows
+
+
+# -- the report -----------------------------------------------------------------------------
+def _curve(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    values = [row[key] or (math.nan, math.nan) for row in rows]
+    return [value[0] for value in values], [value[1] for value in values]
+
+
+def _figures(rows: list[dict]) -> list[tuple[str, list, str]]:
+    """(file name, panels, caption) of one temperature's figures: E[τ | tree] per verifier
+    against γ (chains) and the tree shape, and the ladder where it was computed."""
+    chains = [row for row in rows if row["family"] == "chain"]
+    trees = [row for row in rows if row["family"] != "chain"]
+    panels = []
+    for family, xlabel, x_values in (
+        (chains, "chain lookahead γ", [row["depth"] for row in chains]),
+        (trees, "tree shape (n×d: n drafts per node, d levels; sparse: budget/depth)",
+         [row["config"].removeprefix("tree ") for row in trees]),
+    ):
+        if family:
+            labels = {key: get_verifier(name).label for key, name in family[0]["verifiers"].items()}
+            panels.append((xlabel, x_values, {("token-wise: " if key == "tokenwise" else "") + label:
+                                              _curve(family, key) for key, label in labels.items()}, {}))
+    figures = [("verifiers", panels,
+                "expected accepted drafts given the drafted tree, per step and verifier, on the same steps")]
+    computed = [row for row in rows if row["best_lossless"] is not None]
+    if computed:
+        figures.append(("ladder", [(
+            "configuration", [row["config"] for row in computed],
+            {"token-wise": _curve(computed, "ladder_tokenwise"),
+             "block / traversal": _curve(computed, "ladder_multistep")},
+            {"best lossless verifier": _curve(computed, "best_lossless"),
+             "coupling bound": _curve(computed, "coupling_bound")},
+        )], "the ladder, exact over the drafts at each step's prefix"))
+    return figures
+
+
+def multistep_report(results: StudyResults, figure_dir: Path) -> list:
+    dataset = results.settings["dataset"]
+    summary = multistep_summary(results)
+    blocks = [
+        Heading(2, f"Multi-step verification: token-wise, block and traversal on the same drafted steps "
+                   f"({dataset}; SPEC.md §7)"),
+        Paragraph(
+            "Each configuration decodes every prompt with the engine; the drafts of a step are drawn once (a chain: "
+            "one draw per node; a tree: without replacement), and on that very drafted tree the exact expected "
+            "number of accepted drafts E[τ | tree] of each verifier is computed from the target and draft rows of "
+            "its nodes (SPEC.md §7.3): token-wise (speculative sampling on chains, RRS without replacement on trees), "
+            "block verification (chains) and traversal verification (on a chain it is block verification). Means "
+            "per drafted step ± one standard error over prompts; the differences are paired (same steps). "
+            "'Realised' is the accepted count of the verifier the engine followed, which E[τ | tree] of that "
+            "verifier estimates without the sampling noise; tokens per target call are the engine's."
+        ),
+        Table(*multistep_table(results)),
+        Paragraph(
+            "The ladder (SPEC.md §7.4), where the vocabulary is small enough to enumerate the drafted tree's law "
+            "and the target's law of sequences (`TreeDrafter`, full forwards at every prefix): at each step's "
+            "prefix, each rung exact over the drafts — token-wise ≤ block / traversal ≤ the best lossless verifier "
+            "of these drafts ≤ the coupling bound (no lossless verifier reaches it). These are means over the "
+            "drafts, not given the drafted tree, so they are less noisy than the table above and are not paired "
+            "with it. On chains block verification is the best lossless verifier, so their gap is 0 up to the "
+            "LP's tolerance; on trees traversal falls below it. Real vocabularies are far beyond the enumeration: "
+            "there the last column says why."
+        ),
+        Table(*ladder_table(results)),
+    ]
+    for temperature in results.settings["temperatures"]:
+        rows = [row for row in summary if row["temperature"] == temperature]
+        for name, panels, caption in _figures(rows):
+            path = figure_dir / f"multistep_{name}_{slug(dataset)}_T{temperature:g}.png"
+            plot_multistep_lengths(panels, path, f"{dataset}, T = {temperature:g}: {caption}")
+            blocks.append(Image(f"{path.parent.name}/{path.name}", f"{dataset}, temperature {temperature:g}: {caption} "
+                                "(±2 s.e. over prompts)"))
+    return blocks
