@@ -49,6 +49,24 @@ def acceptance_ratio(target_mass, draft_mass):
     return np.minimum(1.0, target_mass / draft_mass)
 
 
+def residual_law(leftover, target):
+    """The law of the token emitted after a rejection: the unnormalised residual
+    ``leftover`` normalised, or the target row as it is where the leftover has no mass,
+    numpy or torch.
+
+    Every verifier here has an empty residual only where, in exact arithmetic, it rejects
+    with probability 0 (for single-draft sampling, (p − q)+ = 0 with Σp = Σq forces p = q).
+    A rejection can still be drawn there from rows that agree only up to rounding — a ratio
+    p/q of 1 − 1e-16, or a dominant token stored as 1.0 beside draft tokens of 1e-17, where
+    p − q cancels to 0 — and then the target itself, off by rounding, is emitted: never a
+    token it rules out, never a division by zero.  # [batch, vocab] x2 -> [batch, vocab]"""
+    if isinstance(leftover, torch.Tensor):
+        totals = leftover.sum(dim=-1, keepdim=True)
+        return torch.where(totals > 0, leftover / torch.where(totals > 0, totals, 1.0), target)
+    totals = leftover.sum(axis=-1, keepdims=True)
+    return np.where(totals > 0, leftover / np.where(totals > 0, totals, 1.0), target)
+
+
 def contains(draft_tokens, tokens):
     """Whether each row's emitted token is one of its drafts.  # [batch, n], [batch] -> [batch]"""
     if isinstance(draft_tokens, torch.Tensor):

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbound.checks import finite_number
-from specbound.probability import as_target_and_draft, normalize_mass, sample_from, take, total_variation
-from specbound.verifiers.base import Verifier, get_verifier, register_verifier
+from specbound.probability import as_target_and_draft, sample_from, take, total_variation
+from specbound.verifiers.base import Verifier, get_verifier, register_verifier, residual_law
 
 
 def _checked(target_probs, draft_probs, acceptance):
@@ -128,7 +128,7 @@ class BiasedDecoding(Verifier):
 
     def acceptance_weights(self, target, draft) -> np.ndarray:
         """b = min(1, (p + ε)/q) where q > 0 (1 elsewhere).  # [batch, vocab]"""
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return np.where(draft > 0, np.minimum(1.0, (target + self.epsilon) / draft), 1.0)
 
     def resampling_law(self, target, draft) -> np.ndarray:
@@ -189,13 +189,14 @@ class BiasedDecoding(Verifier):
 @dataclass(frozen=True)
 class DecodingOPT(BiasedDecoding):
     """Decoding-OPT [YIN §4, Thm 5]: R = norm((p − q)+), the optimal resampling law for
-    this b; its bias equals Loss*(b) and P(reject) + bias = TV(p, q)."""
+    this b; its bias equals Loss*(b) and P(reject) + bias = TV(p, q). Where (p − q)+ has no
+    mass the rows agree up to rounding and R = p (``residual_law``)."""
 
     name = "decoding_opt"
     label = "Decoding-OPT (R = norm((p − q)+))"
 
     def resampling_law(self, target, draft):
-        return normalize_mass(np.maximum(target - draft, 0.0))
+        return residual_law(np.maximum(target - draft, 0.0), target)
 
 
 @register_verifier

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from specbound.drafts.greedy import restricted_draft
-from specbound.probability import normalize_mass, sample_from, sample_from_torch, take, top_tokens, zeroed
-from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier
+from specbound.probability import sample_from, sample_from_torch, take, top_tokens, zeroed
+from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
 
 def _leftover(target, in_top, rest_draft):
@@ -62,7 +62,7 @@ class Greedy(Verifier):
         rejected = uniforms[:, 0] >= accept
         if np.any(rejected):
             leftover = _leftover(target[rejected], in_top[rejected], rest_draft[rejected])
-            emitted[rejected] = sample_from(normalize_mass(leftover), uniforms[rejected, -1])
+            emitted[rejected] = sample_from(residual_law(leftover, target[rejected]), uniforms[rejected, -1])
         return emitted
 
     def _verify_torch(self, target, draft, tokens, uniforms):
@@ -72,7 +72,10 @@ class Greedy(Verifier):
         rest_draft = rest_draft / rest_draft.sum(dim=-1, keepdim=True)
         accept = acceptance_ratio(target.gather(1, last)[:, 0], rest_draft.gather(1, last)[:, 0])
         rejected = uniforms[:, 0] >= accept
-        resampled = sample_from_torch(_leftover(target, in_top, rest_draft), uniforms[:, -1], rejected)
+        leftover = _leftover(target, in_top, rest_draft)
+        # residual_law's weights, unnormalised (the inverse-CDF sampler does not need it)
+        weights = torch.where(leftover.sum(dim=-1, keepdim=True) > 0, leftover, target)
+        resampled = sample_from_torch(weights, uniforms[:, -1], rejected)
         return torch.where(rejected, resampled, last[:, 0])
 
     def _output_law(self, target, draft, tokens):
@@ -82,7 +85,8 @@ class Greedy(Verifier):
         law = np.zeros_like(target)
         np.put_along_axis(law, last[:, None], accept[:, None], axis=1)
         live = accept < 1
-        law[live] += (1.0 - accept[live, None]) * normalize_mass(_leftover(target[live], in_top[live], rest_draft[live]))
+        leftover = _leftover(target[live], in_top[live], rest_draft[live])
+        law[live] += (1.0 - accept[live, None]) * residual_law(leftover, target[live])
         return law
 
     def _acceptance_rate(self, target, draft, num_drafts):

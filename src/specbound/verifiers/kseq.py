@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from specbound.probability import normalize_mass, normalize_mass_torch, sample_from, sample_from_torch, take
-from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier
+from specbound.probability import sample_from, sample_from_torch, take
+from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
 BISECTION_STEPS = 200
 
@@ -83,7 +83,7 @@ class KSeq(Verifier):
             emitted[taken] = token[taken]
             pending &= ~taken
         if np.any(pending):
-            emitted[pending] = sample_from(normalize_mass(leftover[pending]), uniforms[pending, -1])
+            emitted[pending] = sample_from(residual_law(leftover[pending], target[pending]), uniforms[pending, -1])
         return emitted
 
     def _verify_torch(self, target, draft, tokens, uniforms):
@@ -96,7 +96,7 @@ class KSeq(Verifier):
             taken = pending & (uniforms[:, i] < accept)
             emitted = torch.where(taken, token[:, 0], emitted)
             pending = pending & ~taken
-        resampled = sample_from_torch(normalize_mass_torch(leftover, pending), uniforms[:, -1], pending)
+        resampled = sample_from_torch(residual_law(leftover, target), uniforms[:, -1], pending)
         return torch.where(pending, resampled, emitted)
 
     def _output_law(self, target, draft, tokens):
@@ -110,17 +110,16 @@ class KSeq(Verifier):
             np.add.at(law, (rows, token), reach * accept)
             reach = reach * (1.0 - accept)
         live = reach > 0
-        law[live] += reach[live, None] * normalize_mass(leftover[live])
+        law[live] += reach[live, None] * residual_law(leftover[live], target[live])
         return law
 
     def _acceptance_rate(self, target, draft, num_drafts):
         _, beta, accepted_mass, leftover = kseq_parts(target, draft, num_drafts)
         none_accepted = (1.0 - beta[:, 0]) ** num_drafts
-        # a leftover without mass means every draft is accepted (β = 1 up to rounding)
-        live = (none_accepted > 0) & (leftover.sum(axis=1) > 0)
+        live = none_accepted > 0
         hits = np.zeros(target.shape[0])
         if np.any(live):
             rejected_draft = (draft[live] - accepted_mass[live]) / (1.0 - beta[live])
-            residual_law = normalize_mass(leftover[live])
-            hits[live] = (residual_law * (1.0 - (1.0 - rejected_draft) ** num_drafts)).sum(axis=1)
+            residual = residual_law(leftover[live], target[live])
+            hits[live] = (residual * (1.0 - (1.0 - rejected_draft) ** num_drafts)).sum(axis=1)
         return 1.0 - none_accepted + none_accepted * hits

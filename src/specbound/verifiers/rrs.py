@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from specbound.probability import normalize_mass, normalize_mass_torch, sample_from, sample_from_torch, take, zeroed
-from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier
+from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 from specbound.verifiers.rrs_exact import rrs_without_replacement_acceptance
 
 
@@ -66,7 +66,7 @@ def _rrs_steps(target, draft, tokens, without_replacement, decide):
             break
         mass = np.maximum(current_target[rejected] - current_draft[rejected], 0.0)
         current_target = current_target.copy()
-        current_target[rejected] = normalize_mass(mass)
+        current_target[rejected] = residual_law(mass, current_target[rejected])
         if without_replacement and i + 1 < tokens.shape[1]:
             current_draft = current_draft.copy()
             current_draft[rejected] = normalize_mass(
@@ -87,7 +87,7 @@ def _rrs_torch(target, draft, tokens, uniforms, without_replacement):
         taken = pending & (uniforms[:, i] < accept)
         emitted = torch.where(taken, token[:, 0], emitted)
         pending = pending & ~taken
-        residual = normalize_mass_torch((current_target - current_draft).clamp_min(0.0), pending)
+        residual = residual_law((current_target - current_draft).clamp_min(0.0), current_target)
         current_target = torch.where(pending[:, None], residual, current_target)
         if without_replacement and i + 1 < tokens.shape[1]:
             shrunk = normalize_mass_torch(current_draft.scatter(1, token, 0.0), pending)

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbound.probability import mass_of_the_others, normalize_mass
+from specbound.probability import mass_of_the_others, top_tokens, zeroed
 
 DEFAULT_TOLERANCE = 1e-10
 MAX_RECURSION_BRANCHES = 200_000
+SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 FIRST_BIN_COUNT = 4096
 GROUP_CHUNK = 256
 
@@ -43,19 +44,29 @@ def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
     G is piecewise linear with breakpoints at the ratios p/q, so it is evaluated by
     linear interpolation between them (``np.interp``, which is fast on sorted queries);
     it is constant, Σ_{q>0} p, beyond the largest ratio. Tokens with q = 0 or p = 0
-    contribute nothing. # target_row, draft_row [vocab]
+    contribute nothing. The draft mass beyond a breakpoint is summed from the tokens
+    beyond it (a difference of running sums leaves 1e-17 there, which a ratio of 1e10
+    turns into an error of 1e-7), and a token whose ratio overflows (q below p/1.8e308)
+    contributes t·q(y) at every finite t and p(y) at t = ∞.  # target_row, draft_row [vocab]
     """
     both = (draft_row > 0) & (target_row > 0)
-    ratio = target_row[both] / draft_row[both]
-    order = np.argsort(ratio)
-    ratio = ratio[order]
-    target_upto = np.cumsum(target_row[both][order])
-    draft_beyond = draft_row[both].sum() - np.cumsum(draft_row[both][order])
+    with np.errstate(over="ignore"):
+        ratio = target_row[both] / draft_row[both]
+    steep = np.isinf(ratio)
+    steep_target, steep_draft = target_row[both][steep].sum(), draft_row[both][steep].sum()
+    order = np.argsort(ratio[~steep])
+    ratio = ratio[~steep][order]
+    target_upto = np.cumsum(target_row[both][~steep][order])
+    draft_beyond = np.zeros_like(ratio)
+    draft_beyond[:-1] = np.cumsum(draft_row[both][~steep][order][::-1])[-2::-1]
     breakpoints = np.concatenate([[0.0], ratio])
-    values = np.concatenate([[0.0], target_upto + ratio * draft_beyond])
+    values = np.concatenate([[0.0], target_upto + ratio * (draft_beyond + steep_draft)])
 
     def curve(threshold):
-        return np.interp(threshold, breakpoints, values)
+        finite = np.interp(threshold, breakpoints, values)
+        if steep_draft == 0:
+            return finite
+        return finite + np.minimum(steep_target, np.asarray(threshold) * steep_draft)
 
     return curve
 
@@ -66,12 +77,46 @@ def rrs_without_replacement_acceptance(
     """α of RRS without replacement for one row; see the module docstring for the method.
 
     Exact for n ≤ 2 and for n ≥ 4; for n = 3 within ``tolerance`` (the midpoint of a
-    certified bracket, exact when the bracket closes).
+    certified bracket, exact when the bracket closes). A row whose mass off its n − 1
+    largest draft tokens is below ``SMALLEST_REST`` is split at its first draft first
+    (``_split_at_first_draft``).
     """
+    if num_drafts >= 2 and _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST:
+        return _split_at_first_draft(target_row, draft_row, num_drafts, tolerance)
     if num_drafts == 3:
         low, high = three_draft_bounds(target_row, draft_row, tolerance)
         return 0.5 * (low + high)
     return _recursive_acceptance(target_row, draft_row, num_drafts)
+
+
+def _rest_off_the_largest(draft_row, count) -> float:
+    """Σ q over every token but the ``count`` most probable ones."""
+    return float(zeroed(draft_row[None, :], top_tokens(draft_row[None, :], count)).sum())
+
+
+def _split_at_first_draft(target_row, draft_row, num_drafts, tolerance) -> float:
+    """α = Σ min(p, q) + Σ_{x1} (q − p)+(x1)·α_{n−1}(p², q without x1, renormalised), the
+    recursion at the first draft, over the n − 1 largest draft tokens x1 only.
+
+    For the rows it is used on, the mass r off those tokens is below ``SMALLEST_REST``
+    (subnormal probabilities, q(top) = 1 − 1e-310): once they are drafted and rejected the
+    next drafts come from that mass, and the scales 1/(1 − q(S)) of the fast methods
+    would overflow. Every other first draft has probability at most r, so leaving its
+    branch out changes α by less than 1e-300. Each branch renormalises its draft row,
+    whose scales are representable again.  # target_row, draft_row [vocab]"""
+    accepted_first = float(np.minimum(target_row, draft_row).sum())
+    leftover = np.maximum(target_row - draft_row, 0.0)
+    if leftover.sum() <= 0:  # p ≤ q everywhere: the rows agree up to rounding
+        return accepted_first
+    residual = leftover / leftover.sum()
+    acceptance = accepted_first
+    for token in top_tokens(draft_row[None, :], num_drafts - 1)[0]:
+        rejected = draft_row[token] - target_row[token]
+        if rejected > 0:
+            rest = np.where(np.arange(len(draft_row)) == token, 0.0, draft_row)
+            rest /= _mass_without(draft_row, draft_row >= 0, np.array([token]))[0]
+            acceptance += rejected * rrs_without_replacement_acceptance(residual, rest, num_drafts - 1, tolerance)
+    return acceptance
 
 
 def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
@@ -89,11 +134,12 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
         kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
         scale = 1.0 / kept_mass
         accept_mass = float(min_sum_curve(current, draft_row)(scale))
-        if remaining == 1 or accept_mass >= 1.0:
+        leftover = np.maximum(current - scale * draft_row, 0.0)
+        if remaining == 1 or accept_mass >= 1.0 or leftover.sum() <= 0:  # empty: equal up to rounding
             return accept_mass
         rejection = np.where(removed, 0.0, np.maximum(scale * draft_row - current, 0.0))
         rejected_tokens = np.flatnonzero(rejection > 0)
-        next_target = normalize_mass(np.maximum(current - scale * draft_row, 0.0))
+        next_target = leftover / leftover.sum()
         if remaining == 2:
             next_kept_mass = _mass_without(draft_row, ~removed, rejected_tokens)
             tail = min_sum_curve(next_target, draft_row)(1.0 / next_kept_mass)
@@ -140,12 +186,14 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     positive = np.flatnonzero(draft_row > 0)
     positive = positive[np.argsort(draft_row[positive], kind="stable")]
     values = draft_row[positive]
-    ratio = residual[positive] / values
+    with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
+        ratio = residual[positive] / values
     distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
     bins = min(FIRST_BIN_COUNT, len(distinct))
     while True:
         edges = distinct[np.unique(np.linspace(0, len(distinct), bins + 1).astype(int)[:-1])]
-        low, high = _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus)
+        low, high = _bracket(values, ratio, residual[positive], edges, removed, scale, accept_second, rest, curve,
+                             group_weight, one_minus)
         low, high = 1.0 - total_variation + low, 1.0 - total_variation + high
         if high - low <= 2 * tolerance or bins == len(distinct):
             return low, high
@@ -153,15 +201,23 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
 
 
 def _complement(draft_row):
-    """v -> 1 − v for draft values v, exact where it matters: for the largest value, when
-    it is above 1/2, 1 − q(top) is the summed mass of the other tokens
-    (``probability.mass_of_the_others``)."""
-    top = int(np.argmax(draft_row))
-    top_value = draft_row[top]
+    """v -> 1 − v and (v, w) -> 1 − v − w for draft values, exact where it matters: for the
+    largest value, when it is above 1/2, 1 − q(top) is the summed mass of the other tokens
+    (``probability.mass_of_the_others``), and for the two largest values 1 − q(top) −
+    q(second) is the summed mass of the rest (0.99999968 and 3.2e-7 beside a token of 1e-17
+    leave 1e-17, which the difference gets wrong by 1e-5 relative). Any other pair of
+    values leaves at least a third of the mass, and the difference is exact to rounding."""
+    second, top = np.argpartition(draft_row, -2)[-2:]
+    top_value, second_value = draft_row[top], draft_row[second]
     top_complement = mass_of_the_others(draft_row)[0, top] if top_value > 0.5 else None
+    pair_complement = zeroed(draft_row[None, :], np.array([[top, second]])).sum()
 
-    def one_minus(values):
+    def one_minus(values, others=None):
         values = np.asarray(values, dtype=np.float64)
+        if others is not None:
+            larger, smaller = np.maximum(values, others), np.minimum(values, others)
+            top_pair = (larger == top_value) & (smaller == second_value)
+            return np.where(top_pair, pair_complement, one_minus(larger) - smaller)
         if top_complement is None:
             return 1.0 - values
         return np.where(values == top_value, top_complement, 1.0 - values)
@@ -183,10 +239,11 @@ def _sum_by_value(values, weights):
     return values[starts], np.add.reduceat(weights, starts)
 
 
-def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus):
+def _bracket(values, ratio, residual_mass, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus):
     """Σ_g W_g·[A2_g + Σ_b L_b(g)·A3(g, ·)] with A3 at each bin's smallest and largest
-    draft value; L_b(g) = Σ_{x2 ∈ b, x2 ≠ x1} q(x2)(s_g − r(x2))+ exactly.
-    # values, ratio [tokens] sorted by value; edges [bins] start indices; groups [G]"""
+    draft value; L_b(g) = Σ_{x2 ∈ b, x2 ≠ x1} q(x2)(s_g − r(x2))+ exactly, with q·r summed
+    as the residual mass itself (r may overflow).
+    # values, ratio, residual_mass [tokens] sorted by value; edges [bins] start indices; groups [G]"""
     bin_of = np.searchsorted(edges, np.arange(len(values)), side="right") - 1  # [tokens]
     bin_low = values[edges]
     bin_high = values[np.concatenate([edges[1:], [len(values)]]) - 1]
@@ -201,7 +258,7 @@ def _bracket(values, ratio, edges, removed, scale, accept_second, rest, curve, g
         position = np.searchsorted(chunk_scale, ratio, side="right")
         key = bin_of * (size + 1) + position
         counts = np.bincount(key, weights=values, minlength=num_bins * (size + 1))
-        ratio_mass = np.bincount(key, weights=values * ratio, minlength=num_bins * (size + 1))
+        ratio_mass = np.bincount(key, weights=residual_mass, minlength=num_bins * (size + 1))
         draft_below = np.cumsum(counts.reshape(num_bins, size + 1), axis=1)[:, :size].T  # [G, bins]
         residual_below = np.cumsum(ratio_mass.reshape(num_bins, size + 1), axis=1)[:, :size].T
         second = chunk_scale[:, None] * draft_below - residual_below  # L_b(g) with x1 included
@@ -225,8 +282,7 @@ def _third_acceptance(curve, removed, scale, accept_second, rest, other_draft, o
     increasing in q(x2) up to its limit 1 as q(x1) + q(x2) → 1 (G(∞) = 1), which it
     keeps beyond (only a bin's end can lie there). Where the second level never rejects
     (1 − G(s) = 0) the weights L are 0 and A3 is set to 0.  # -> [G, bins]"""
-    larger = np.maximum(removed[:, None], other_draft[None, :])
-    denominator = one_minus(larger) - np.minimum(removed[:, None], other_draft[None, :])  # 1 − q(x1) − q(x2)
+    denominator = one_minus(removed[:, None], other_draft[None, :])  # 1 − q(x1) − q(x2)
     inside = denominator > 0
     safe_rest = np.where(rest > 0, rest, 1.0)[:, None]
     threshold = scale[:, None] + np.where(inside, safe_rest / np.where(inside, denominator, 1.0), 0.0)
