@@ -187,9 +187,11 @@ def top_tokens(draft_probs, count: int):
 def sample_from_torch(weights, uniforms, needed=None):
     """Inverse-CDF sample per row from non-negative weights (``sample_from``'s twin);
     zero-weight tokens are never chosen. Rows where ``needed`` is False may have zero
-    mass and return an arbitrary token.
+    mass and return an arbitrary token. The running sums and the uniforms are in float32
+    at least: in bf16 a sum over a vocabulary stalls once it nears 1, and bf16 uniforms
+    lie on a grid of 2⁻⁸ there.
     # weights [batch, vocab], uniforms [batch], needed [batch] bool -> [batch] long"""
-    cumulative = torch.cumsum(weights, dim=-1)
+    cumulative = torch.cumsum(weights, dim=-1, dtype=torch.promote_types(weights.dtype, torch.float32))
     totals = cumulative[:, -1]
     empty = totals <= 0
     if bool(torch.any(empty if needed is None else needed & empty)):

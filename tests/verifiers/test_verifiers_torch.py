@@ -70,6 +70,129 @@ def test_torch_bad_input_raises():
         verify_torch_with_uniforms(get_verifier("rrs"), target, torch.full((1, 3), 1 / 3), torch.tensor([[1, 0]]), torch.zeros(1, 3))
 
 
+FIXTURE_TARGET = torch.tensor([[0.4, 0.3, 0.2, 0.1]], dtype=torch.float64)
+FIXTURE_DRAFT = torch.tensor([[0.1, 0.2, 0.3, 0.4]], dtype=torch.float64)
+
+
+def with_entry(row, index, value):
+    changed = row.clone()
+    changed[0, index] = value
+    return changed
+
+
+# what is wrong: (target, draft, draft tokens, uniforms or None for 0.5, the message), on
+# fixture A with n = 2 (n = 1 for single-draft verifiers: the first token)
+NAN, INF = float("nan"), float("inf")
+BAD_TORCH_INPUTS = {
+    "NaN target": (with_entry(FIXTURE_TARGET, 1, NAN), FIXTURE_DRAFT, [[3, 2]], None,
+                   "target_probs: probabilities must be finite"),
+    "negative draft": (FIXTURE_TARGET, with_entry(FIXTURE_DRAFT, 0, -0.1), [[3, 2]], None,
+                       "draft_probs: probabilities must be finite"),
+    "infinite draft": (FIXTURE_TARGET, with_entry(FIXTURE_DRAFT, 0, INF), [[3, 2]], None,
+                       "draft_probs: probabilities must"),
+    "unnormalised target": (FIXTURE_TARGET * 0.9, FIXTURE_DRAFT, [[3, 2]], None, "target_probs: rows must sum to 1"),
+    "zero draft probability": (FIXTURE_TARGET, torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float64), [[3, 0]],
+                               None, "draft_tokens: a draft token has zero draft probability"),
+    "uniform of 1": (FIXTURE_TARGET, FIXTURE_DRAFT, [[3, 2]], [[0.5, 1.0, 0.5]], "uniforms: uniforms must lie in"),
+    "negative uniform": (FIXTURE_TARGET, FIXTURE_DRAFT, [[3, 2]], [[0.5, -0.5, 0.5]], "uniforms: uniforms must lie in"),
+    "float32 draft, float64 target": (FIXTURE_TARGET, FIXTURE_DRAFT.float(), [[3, 2]], None, "draft_probs: dtype"),
+    "int32 tokens": (FIXTURE_TARGET, FIXTURE_DRAFT, torch.tensor([[3, 2]], dtype=torch.int32), None,
+                     "draft_tokens: expected int64"),
+    "integer target": (torch.tensor([[1, 0, 0, 0]]), torch.tensor([[1, 0, 0, 0]]), [[0, 0]], None,
+                       "target_probs: expected a floating"),
+    "numpy target": (FIXTURE_TARGET.numpy(), FIXTURE_DRAFT, [[3, 2]], None, "target_probs: expected a torch tensor"),
+}
+
+
+@pytest.mark.parametrize("name", [n for n in PER_NODE if n != "spechub"])
+@pytest.mark.parametrize("case", sorted(BAD_TORCH_INPUTS))
+def test_torch_path_checks_what_the_numpy_path_checks(name, case):
+    """Each bad input is a ValueError naming the argument, on every path (native or not);
+    they were verified or ended in a torch RuntimeError (issue #10)."""
+    verifier = get_verifier(name)
+    target, draft, tokens, uniforms, message = BAD_TORCH_INPUTS[case]
+    tokens = tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens)
+    tokens = tokens[:, : verifier.default_num_drafts(tokens.shape[1])]
+    if uniforms is None:
+        uniforms = torch.full((1, tokens.shape[1] + 1), 0.5, dtype=torch.float64)
+    else:
+        uniforms = torch.tensor(uniforms, dtype=torch.float64)[:, -(tokens.shape[1] + 1):]
+    with pytest.raises(ValueError, match=message):
+        verify_torch_with_uniforms(verifier, target, draft, tokens, uniforms)
+
+
+@pytest.mark.parametrize("name", ["rrs_without_replacement", "greedy", "spechub"])
+def test_torch_path_refuses_repeated_drafts_where_the_scheme_draws_distinct_ones(name):
+    with pytest.raises(ValueError, match="draft_tokens: the .* scheme draws distinct tokens"):
+        verify_torch_with_uniforms(get_verifier(name), FIXTURE_TARGET, FIXTURE_DRAFT, torch.tensor([[3, 3]]),
+                                   torch.full((1, 3), 0.5, dtype=torch.float64))
+
+
+def test_torch_path_refuses_a_wrong_greedy_top_set_and_a_spechub_pair_without_its_hub():
+    uniforms = torch.full((1, 3), 0.5, dtype=torch.float64)
+    greedy, spechub = get_verifier("greedy"), get_verifier("spechub")
+    with pytest.raises(ValueError, match="most probable"):  # token 0 is the least probable draft token
+        verify_torch_with_uniforms(greedy, FIXTURE_TARGET, FIXTURE_DRAFT, torch.tensor([[0, 3]]), uniforms)
+    with pytest.raises(ValueError, match="hub"):  # the hub is token 3
+        verify_torch_with_uniforms(spechub, FIXTURE_TARGET, FIXTURE_DRAFT, torch.tensor([[0, 1]]), uniforms)
+    ties = torch.tensor([[0.1, 0.3, 0.3, 0.3]], dtype=torch.float64)  # any most probable set will do
+    verify_torch_with_uniforms(get_verifier("greedy"), FIXTURE_TARGET, ties, torch.tensor([[3, 2, 1]]),
+                               torch.full((1, 4), 0.5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", sorted(set(NATIVE) & set(PER_NODE)))
+def test_half_precision_rows_are_verified_in_float32(name, dtype):
+    """bf16/fp16 rows (here of exactly representable values k/256 summing to 1) give the
+    verdicts of the same values in float32, uniform for uniform: the uniforms were cast
+    to the rows' dtype, a grid of 2⁻⁸ near 1 in bf16, moving acceptance by up to 0.0027."""
+    rng = np.random.default_rng(3)
+    verifier = get_verifier(name)
+    num_drafts = num_drafts_of(verifier, 2)
+    batch, vocab = 2000, 8
+    target = torch.tensor(rng.multinomial(256, np.full(vocab, 1 / vocab), size=batch) / 256)
+    draft = torch.tensor(rng.multinomial(256, rng.dirichlet(np.ones(vocab)), size=batch) / 256)
+    draft[:, 0] += 1 / 256  # every row has at least n tokens of positive draft probability
+    draft[:, 1] += 1 / 256
+    draft /= draft.sum(dim=-1, keepdim=True)
+    draft = torch.round(draft * 256) / 256
+    draft[:, -1] += 1 - draft.sum(dim=-1)
+    keep = (draft >= 0).all(dim=-1) & ((draft > 0).sum(dim=-1) >= num_drafts)
+    target, draft = target[keep], draft[keep]
+    tokens = get_draft_scheme(verifier.scheme).sample_torch(draft, num_drafts, torch.Generator().manual_seed(0))
+    uniforms = torch.tensor(rng.random((len(tokens), num_drafts + 1)))
+    assert torch.equal(target.to(dtype).double(), target) and torch.equal(draft.to(dtype).double(), draft)
+    in_float32 = verify_torch_with_uniforms(verifier, target.float(), draft.float(), tokens, uniforms)
+    narrow = verify_torch_with_uniforms(verifier, target.to(dtype), draft.to(dtype), tokens, uniforms)
+    assert torch.equal(narrow.tokens, in_float32.tokens)
+
+
+@pytest.mark.parametrize("name", sorted(set(NATIVE) & set(PER_NODE)))
+def test_a_uniform_that_rounds_to_one_in_float32_still_accepts_a_ratio_of_one(name):
+    """A float64 uniform within 2⁻²⁵ of 1 became 1.0 in float32 and rejected a draft whose
+    acceptance ratio is 1, leaving an empty residual (ZeroResidualError). One draft with
+    p = q, or a SpecHub pair whose non-hub token has p(z) = q′(z)."""
+    verifier = get_verifier(name)
+    if verifier.fixed_num_drafts == 2:  # the hub is token 0, q′ = (0, 0.5, 0.5)
+        target, draft, tokens = [[0.0, 0.5, 0.5]], [[0.5, 0.25, 0.25]], [[0, 1]]
+    else:
+        target, draft, tokens = [[0.25, 0.25, 0.5]], [[0.25, 0.25, 0.5]], [[1]]
+    uniforms = torch.full((1, len(tokens[0]) + 1), 1.0 - 2.0**-30, dtype=torch.float64)
+    verdict = verify_torch_with_uniforms(
+        verifier, torch.tensor(target), torch.tensor(draft), torch.tensor(tokens), uniforms
+    )
+    assert verdict.tokens.tolist() == [1]
+
+
+def test_torch_sampler_sums_half_precision_weights_in_float32():
+    """In bf16 a running sum over 1000 weights of 1/1000 stalls near 1 (the sampler drew the
+    last token for every uniform above ~0.5); its draws equal those of the float32 weights."""
+    weights = torch.full((1, 1000), 1 / 1000, dtype=torch.bfloat16).repeat(500, 1)
+    uniforms = torch.tensor(np.random.default_rng(0).random(500))
+    expected = sample_from_torch(weights.float(), uniforms)
+    np.testing.assert_array_equal(sample_from_torch(weights, uniforms).numpy(), expected.numpy())
+
+
 @pytest.mark.parametrize("name", sorted(set(PER_NODE) - set(NATIVE)))
 def test_numpy_fallback_takes_float32_rows_that_sum_to_one_only_within_rounding(name):
     """A float32 row over a large vocabulary sums to 1 only within ~1e-6 (seen on the

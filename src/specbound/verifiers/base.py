@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from specbound.drafts import DraftScheme, get_draft_scheme
-from specbound.probability import as_draft_tokens, as_target_and_draft
+from specbound.probability import SUM_TOLERANCE, as_draft_tokens, as_target_and_draft
 
 
 @dataclass(frozen=True)
@@ -187,9 +187,11 @@ class Verifier:
         return self.verify_torch_with_uniforms(target_probs, draft_probs, draft_tokens, uniforms)
 
     def verify_torch_with_uniforms(self, target_probs, draft_probs, draft_tokens, uniforms) -> Verdict:
-        """Torch twin of ``verify_with_uniforms``.
+        """Torch twin of ``verify_with_uniforms``, with the numpy path's cheap checks
+        (``_check_torch``). Rows narrower than float32 are computed in float32, uniforms in
+        the rows' computing dtype (float32 or float64).
         # target_probs, draft_probs [batch, vocab]; draft_tokens [batch, n]; uniforms [batch, n + 1]"""
-        _check_torch_shapes(self, target_probs, draft_probs, draft_tokens, uniforms)
+        _check_torch(self, target_probs, draft_probs, draft_tokens, uniforms)
         if not self.native_torch():
             verdict = self.verify_with_uniforms(
                 _float64_law(target_probs),
@@ -202,7 +204,10 @@ class Verifier:
                 torch.from_numpy(np.asarray(verdict.tokens)).to(device),
                 torch.from_numpy(np.asarray(verdict.accepted)).to(device),
             )
-        emitted = self._verify_torch(target_probs, draft_probs, draft_tokens, uniforms.to(target_probs.dtype))
+        dtype = torch.promote_types(target_probs.dtype, torch.float32)
+        emitted = self._verify_torch(
+            target_probs.to(dtype), draft_probs.to(dtype), draft_tokens, _uniforms_below_one(uniforms, dtype)
+        )
         return Verdict(emitted, contains(draft_tokens, emitted))
 
     @classmethod
@@ -231,8 +236,23 @@ class Verifier:
         return Verdict(emitted, contains(tokens, emitted))
 
 
-def _check_torch_shapes(verifier, target, draft, tokens, uniforms):
-    if target.ndim != 2 or draft.shape != target.shape:
+def _check_torch(verifier, target, draft, tokens, uniforms):
+    """The numpy path's checks that are cheap on torch tensors, each a ValueError naming its
+    argument: types, shapes, dtypes and devices; finite probabilities in [0, 1] whose rows
+    sum to 1 within ``SUM_TOLERANCE`` (float64) or 64 ulps of 1 in a narrower dtype (a
+    float32 row of 151,936 tokens sums to 1 only within about 1e-6); token ids in the
+    vocabulary, of positive draft probability, and distinct where the scheme draws
+    distinct tokens; uniforms in [0, 1). Elementwise passes over the rows and O(batch·n)
+    gathers, with one device sync for all the values."""
+    for name, tensor in (("target_probs", target), ("draft_probs", draft), ("draft_tokens", tokens),
+                         ("uniforms", uniforms)):
+        if not isinstance(tensor, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch tensor, got {type(tensor).__name__}")
+        if tensor.device != target.device:
+            raise ValueError(f"{name}: on {tensor.device}, target_probs on {target.device}")
+    if target.ndim != 2 or 0 in target.shape:
+        raise ValueError(f"target_probs: expected shape [batch, vocab], got {tuple(target.shape)}")
+    if draft.shape != target.shape:
         raise ValueError(
             f"draft_probs: expected the target's shape {tuple(target.shape)} as [batch, vocab], "
             f"got {tuple(draft.shape)}"
@@ -241,9 +261,50 @@ def _check_torch_shapes(verifier, target, draft, tokens, uniforms):
         raise ValueError(f"draft_tokens: expected [{target.shape[0]}, num_drafts], got {tuple(tokens.shape)}")
     if uniforms.shape != (tokens.shape[0], tokens.shape[1] + 1):
         raise ValueError(f"uniforms: expected {(tokens.shape[0], tokens.shape[1] + 1)}, got {tuple(uniforms.shape)}")
-    if bool(torch.any((tokens < 0) | (tokens >= target.shape[1]))):
-        raise ValueError(f"draft_tokens: token ids must lie in [0, {target.shape[1]})")
+    for name, tensor in (("target_probs", target), ("draft_probs", draft), ("uniforms", uniforms)):
+        if not tensor.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point dtype, got {tensor.dtype}")
+    if draft.dtype != target.dtype:
+        raise ValueError(f"draft_probs: dtype {draft.dtype} differs from target_probs' {target.dtype}")
+    if tokens.dtype != torch.long:
+        raise ValueError(f"draft_tokens: expected int64 (torch.long) token ids, got {tokens.dtype}")
     verifier.check_num_drafts(tokens.shape[1])
+
+    vocab_size = target.shape[1]
+    tolerance = SUM_TOLERANCE
+    if target.dtype != torch.float64:
+        tolerance = max(SUM_TOLERANCE, 64 * torch.finfo(target.dtype).eps)
+    sum_dtype = torch.promote_types(target.dtype, torch.float32)
+    in_vocabulary = (tokens >= 0) & (tokens < vocab_size)
+    checks = []  # (argument, what must hold, whether it holds: a 0-d bool tensor)
+    for name, probs in (("target_probs", target), ("draft_probs", draft)):
+        checks += [
+            (name, "probabilities must be finite and lie in [0, 1]", ((probs >= 0) & (probs <= 1)).all()),
+            (name, f"rows must sum to 1 within {tolerance:.3g}",
+             ((probs.sum(dim=-1, dtype=sum_dtype) - 1).abs() <= tolerance).all()),
+        ]
+    checks += [
+        ("draft_tokens", f"token ids must lie in [0, {vocab_size})", in_vocabulary.all()),
+        ("draft_tokens", "a draft token has zero draft probability, so it cannot have been drawn from "
+         "draft_probs", (draft.gather(1, torch.where(in_vocabulary, tokens, 0)) > 0).all()),
+        ("uniforms", "uniforms must lie in [0, 1)", ((uniforms >= 0) & (uniforms < 1)).all()),
+    ]
+    if verifier.draft_scheme.needs_distinct_support and tokens.shape[1] > 1:
+        ordered = torch.sort(tokens, dim=1).values
+        checks.append((
+            "draft_tokens", f"the {verifier.scheme} scheme draws distinct tokens, but a row repeats one",
+            (ordered[:, 1:] != ordered[:, :-1]).all(),
+        ))
+    holds = torch.stack([held for *_, held in checks]).tolist()  # the one device sync
+    for (name, requirement, _), held in zip(checks, holds):
+        if not held:
+            raise ValueError(f"{name}: {requirement}")
+
+
+def _uniforms_below_one(uniforms, dtype):
+    """Uniforms in ``dtype``, below 1 there too: a float64 uniform within 2⁻²⁵ of 1 rounds to
+    1.0 in float32, where it would reject a draft whose acceptance ratio is 1."""
+    return uniforms.to(dtype).clamp(max=1.0 - torch.finfo(dtype).eps / 2)
 
 
 def _float64_law(probs: torch.Tensor) -> np.ndarray:

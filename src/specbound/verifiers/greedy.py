@@ -25,6 +25,10 @@ def _leftover(target, in_top, rest_draft):
     return np.where(in_top, target, np.maximum(target - rest_draft, 0.0))
 
 
+NOT_A_TOP_SET = "draft_tokens: the first n-1 greedy drafts must be the n-1 most probable draft tokens"
+NO_HUB = "draft_tokens: a SpecHub pair must contain the hub argmax q"
+
+
 def _check_top_set(draft, top):
     """The first n−1 greedy drafts must be a most-probable set of q."""
     if top.shape[1] == 0:
@@ -32,10 +36,7 @@ def _check_top_set(draft, top):
     smallest_in_top = np.take_along_axis(draft, top, axis=1).min(axis=1)
     outside = zeroed(draft, top).max(axis=1)
     if np.any(smallest_in_top < outside):
-        raise ValueError(
-            "draft_tokens: the first n-1 greedy drafts must be the n-1 most probable draft "
-            "tokens"
-        )
+        raise ValueError(NOT_A_TOP_SET)
 
 
 @register_verifier
@@ -69,6 +70,8 @@ class Greedy(Verifier):
         top, last = self._ordered_torch(draft, tokens)
         in_top = torch.zeros_like(target, dtype=torch.bool).scatter(1, top, True)
         rest_draft = draft.masked_fill(in_top, 0.0)
+        if top.shape[1] > 0 and bool(torch.any(draft.gather(1, top).amin(dim=-1) < rest_draft.amax(dim=-1))):
+            raise ValueError(NOT_A_TOP_SET)
         rest_draft = rest_draft / rest_draft.sum(dim=-1, keepdim=True)
         accept = acceptance_ratio(target.gather(1, last)[:, 0], rest_draft.gather(1, last)[:, 0])
         rejected = uniforms[:, 0] >= accept
@@ -109,11 +112,13 @@ class SpecHub(Greedy):
     def _ordered(self, draft, tokens):
         hub = top_tokens(draft, 1)[:, 0]
         if np.any((tokens[:, 0] != hub) & (tokens[:, 1] != hub)):
-            raise ValueError("draft_tokens: a SpecHub pair must contain the hub argmax q")
+            raise ValueError(NO_HUB)
         other = np.where(tokens[:, 0] == hub, tokens[:, 1], tokens[:, 0])
         return hub[:, None], other
 
     def _ordered_torch(self, draft, tokens):
         hub = top_tokens(draft, 1)
+        if bool(torch.any((tokens[:, :1] != hub) & (tokens[:, 1:] != hub))):
+            raise ValueError(NO_HUB)
         other = torch.where(tokens[:, :1] == hub, tokens[:, 1:], tokens[:, :1])
         return hub, other
