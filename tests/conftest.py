@@ -3,6 +3,12 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
+
+# Property-based tests are deterministic in CI: derandomised, a fixed number of examples,
+# no per-example deadline (the first example pays for imports and torch warm-up).
+settings.register_profile("specbound", derandomize=True, database=None, max_examples=100, deadline=None, print_blob=True)
+settings.load_profile("specbound")
 
 
 @pytest.fixture

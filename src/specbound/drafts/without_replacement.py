@@ -4,7 +4,9 @@ tokens (SPEC.md §4.1); equivalently the first n arrivals of an exponential race
 Q(H) = P(n draws without replacement all land in H), exactly (SPEC.md §4.2):
 - n = 1: q(H);
 - n = 2: Σ_{x∈H} q(x)(q(H) − q(x))/(1 − q(x)) = q(H)² − q(H^c) Σ_{x∈H} q(x)²/(1 − q(x))
-  (no cancellation as H grows to the vocabulary; 1 − q(x) from ``mass_of_the_others``);
+  (no cancellation as H grows to the vocabulary; 1 − q(x) from ``mass_of_the_others``;
+  the largest token's term is q(x)²·(q(H^c)/(1 − q(x))), a share of the rest, which does
+  not overflow beside a rest of 1e-310);
 - n ≥ 3: the exponential-race integral (``specbound.bounds.race``).
 Letters: q = draft (SPEC.md §0).
 """
@@ -31,13 +33,16 @@ class WithoutReplacement(DraftScheme):
 
     def _sample(self, draft, num_drafts, rng):
         # Exponential race: E_x / q(x) with E_x ~ Exp(1); arrival order = sequential sampling
-        # without replacement. Zero-probability tokens never arrive.
-        with np.errstate(divide="ignore"):
-            arrival = rng.standard_exponential(draft.shape) / draft
+        # without replacement. Zero-probability tokens never arrive: NaN sorts after every
+        # arrival, also after a tiny q's E/q that overflows to ∞ (q = 1e-310 in float64,
+        # 1e-44 in float32), which would otherwise tie with them.
+        with np.errstate(divide="ignore", over="ignore"):
+            arrival = np.where(draft > 0, rng.standard_exponential(draft.shape) / draft, np.nan)
         return np.argsort(arrival, axis=-1, kind="stable")[:, :num_drafts]
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
         arrival = torch.empty_like(draft_probs).exponential_(generator=generator) / draft_probs
+        arrival = torch.where(draft_probs > 0, arrival, torch.nan)  # as in _sample
         return torch.topk(arrival, num_drafts, dim=-1, largest=False, sorted=True).indices
 
     def _enumerate(self, draft_row, num_drafts):
@@ -59,6 +64,14 @@ class WithoutReplacement(DraftScheme):
             inside = prefix_sums(draft_in_order)
             outside = np.zeros_like(inside)
             np.cumsum(draft_in_order[:, ::-1], axis=1, out=outside[:, -2::-1])
-            squares = draft_in_order**2 / mass_of_the_others(draft_in_order)
-            return inside**2 - outside * prefix_sums(squares)
+            others = mass_of_the_others(draft_in_order)
+            top = np.argmax(draft_in_order, axis=1)[:, None]  # the token mass_of_the_others sums for
+            is_top = np.arange(draft_in_order.shape[1]) == top
+            squares = np.where(is_top, 0.0, draft_in_order**2 / np.where(is_top, 1.0, others))
+            top_value = np.take_along_axis(draft_in_order, top, axis=1)
+            top_others = np.take_along_axis(others, top, axis=1)
+            holds_top = (np.arange(inside.shape[1]) > top) & (top_others > 0)
+            top_share = np.divide(outside, top_others, out=np.zeros_like(outside), where=holds_top)  # ≤ 1
+            top_term = top_value**2 * top_share
+            return inside**2 - outside * prefix_sums(squares) - top_term
         return np.stack([race_all_in_mass(row, num_drafts) for row in draft_in_order])
