@@ -39,6 +39,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine.lm import CausalLM, Entries
 from specbound.engine.methods import Method
+from specbound.engine.planner import Planner
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
@@ -126,13 +127,16 @@ class Decoder:
         return self.generate_batch([prompt_ids], method, max_new_tokens, [generator], record_target_probs,
                                    record_expected, streamer, observer)[0]
 
-    def generate_batch(self, prompts, method: Method, max_new_tokens: int, generators,
+    def generate_batch(self, prompts, method: Method | Planner, max_new_tokens: int, generators,
                        record_target_probs: bool = False, record_expected: bool = False,
                        streamer: Streamer | None = None, observer=None) -> list[Generation]:
         """Decode the sequences ``prompts`` together, sequence b drawing its randomness from
         ``generators[b]``: each gets exactly the tokens ``generate`` gives it alone with the
         same generator state. Its ``stats`` hold its own counts; the phase times and the
         wall time are the batch's.
+
+        ``method`` may be a ``Planner`` (``--method auto``): it names the method of every
+        step, re-planning as it learns from the steps run.
 
         ``observer(index, tree, target_rows)``, when given, is called at every step that
         drafted, for sequence ``index`` of ``prompts``, with its ``DraftTree`` and the target
@@ -154,8 +158,17 @@ class Decoder:
         if streamer is not None:
             streamer.put(torch.tensor(prompts[0]))
         active = list(sequences)
+        planner = method if isinstance(method, Planner) else None
+        step = 0
         while active:
-            outcomes = self._step(active, method, max_new_tokens, batch_stats, record_expected, observer)
+            current = planner.method_for(step) if planner else method
+            trees_and_outcomes = self._step(active, current, max_new_tokens, batch_stats, record_expected, observer)
+            outcomes = [outcome for _, outcome in trees_and_outcomes]
+            if planner is not None:
+                for tree, outcome in trees_and_outcomes:
+                    if len(tree) > 1:
+                        planner.observe(current, tree, outcome.path)
+            step += 1
             for sequence, outcome in zip(active, outcomes):
                 emitted = self._emit(sequence, outcome, max_new_tokens, record_target_probs)
                 if streamer is not None and emitted:
@@ -181,7 +194,7 @@ class Decoder:
 
     # -- one step ----------------------------------------------------------------------------
     def _step(self, active: list[_Sequence], method: Method, max_new_tokens: int, stats: RunStats,
-              record_expected: bool, observer=None) -> list[StepOutcome]:
+              record_expected: bool, observer=None) -> list[tuple[DraftTree, StepOutcome]]:
         depths = [min(method.depth, max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
         contexts = [sequence.context for sequence in active]
         with stats.timed("draft"):
@@ -217,7 +230,7 @@ class Decoder:
             sequence.stats.rejections += int(outcome.rejected)
             sequence.stats.accepted_lengths.append(len(outcome.path))
             sequence.stats.tree_sizes.append(len(tree) - 1)
-        return outcomes
+        return list(zip(trees, outcomes))
 
     def _verify(self, scores, row: int, tree: DraftTree, root_entry: int, method: Method, sequence: _Sequence,
                 stats: RunStats, record_expected: bool) -> StepOutcome:

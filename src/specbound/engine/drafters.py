@@ -37,11 +37,16 @@ class ModelDrafter:
     """Draft with a small language model, one tree-attention forward per depth for the
     whole batch. The draft model's cache follows each committed sequence lazily: tokens
     committed since its last forward (at least the last one) are fed at the start of the
-    next tree."""
+    next tree.
 
-    def __init__(self, lm: CausalLM, processing: Processing):
+    ``variant_for_rows(rows)`` names the variant of the draft model (``CausalLM.variants``:
+    the same model at another precision) that runs a forward of that many rows — the one
+    measured fastest for it (``engine.planner``); None runs the model itself."""
+
+    def __init__(self, lm: CausalLM, processing: Processing, variant_for_rows=None):
         self.lm = lm
         self.processing = processing
+        self.variant_for_rows = variant_for_rows or (lambda rows: None)
         self._fed: list[int] = []  # per row: tokens fed as pending at the start of this step
         self._entries: list[dict[int, int]] = []  # per row: tree node -> pending entry of the draft cache
 
@@ -72,7 +77,7 @@ class ModelDrafter:
             entries[b] = Entries.chain(pending)
             self._fed[b] = len(pending)
             self._entries[b][0] = len(pending) - 1
-        scores = self.lm.score(entries)
+        scores = self._score(entries)
         frontier = {b: [0] for b in rows}
         logit_rows = {b: [self._fed[b] - 1] for b in rows}
         for depth in range(max(depths)):
@@ -103,10 +108,13 @@ class ModelDrafter:
                                      [known[tree.parents[node]] for node in new_nodes])
                 for index, node in enumerate(new_nodes):
                     known[node] = base + index
-            scores = self.lm.score(entries)
+            scores = self._score(entries)
             frontier = grown
             logit_rows = {b: list(range(len(nodes))) for b, nodes in grown.items()}
         return trees
+
+    def _score(self, entries: list[Entries]):
+        return self.lm.score(entries, self.variant_for_rows(sum(len(row.tokens) for row in entries)))
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None:
         """Keep the fed tokens and the scored nodes of each accepted path (the deepest

@@ -23,6 +23,12 @@ so the head's cost on the other nodes is saved. This needs the model's logits to
 ``head(base_model(x))``, which is checked once per model; other models get their full
 logits from every forward.
 
+Optional **variants** (the same model at other precisions, ``models.quantize``) share the
+one cache: a forward can run on any of them (``score(..., variant=name)``), so a drafter
+picks, forward by forward, the precision that is fastest for that many rows. The cache's
+keys and values then come from several precisions; that changes the draft's law a little,
+never losslessness (the verifier is handed the law the drafts were drawn from).
+
 An optional **prefill twin** (the same architecture and weights in a wider dtype, e.g.
 ``copy.deepcopy(model).float()``) runs a long first prefill of a row: on a CPU without
 native bfloat16 units a bfloat16 forward costs time linear in its rows, so a long prompt
@@ -97,6 +103,7 @@ class CausalLM:
         model: torch.nn.Module,
         prefill_model: torch.nn.Module | None = None,
         prefill_min_tokens: int = 16,
+        variants: dict[str, torch.nn.Module] | None = None,
     ):
         self.prefill_min_tokens = positive_int("prefill_min_tokens", prefill_min_tokens)
         self.model = model.eval()
@@ -104,7 +111,13 @@ class CausalLM:
         self._head = model.get_output_embeddings()
         self._num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         _check_full_attention(model)
-        self._factorized = self._logits_are_head_of_base_model()
+        self._factorized = _logits_are_head_of_base_model(model)
+        self.variants = {}
+        for name, variant in (variants or {}).items():
+            _check_twin(model, variant, "variants")
+            if not _logits_are_head_of_base_model(variant.eval()) and self._factorized:
+                raise ValueError(f"variants: {name!r} does not compute its logits as the model's head does")
+            self.variants[name] = variant
         if prefill_model is not None:
             _check_twin(model, prefill_model)
             prefill_model = prefill_model.eval()
@@ -196,9 +209,11 @@ class CausalLM:
         with torch.no_grad():
             return (self._head(states) if self._factorized else states).float()
 
-    def score(self, entries: list[Entries]) -> Scores:
+    def score(self, entries: list[Entries], variant: str | None = None) -> Scores:
         """One forward over every row's new entries (``entries[b]`` for row b; an empty
-        Entries for a row that adds nothing). They stay pending until ``commit``."""
+        Entries for a row that adds nothing), by the model or its ``variant``. They stay
+        pending until ``commit``."""
+        model = self.model if variant is None else self.variants[variant]
         if len(entries) != self.batch_size:
             raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
         counts = [len(row.tokens) for row in entries]
@@ -236,11 +251,12 @@ class CausalLM:
             arguments["position_ids"] = positions.to(self.device)
         with torch.no_grad():
             if self._factorized:
-                states = self.model.base_model(**arguments).last_hidden_state
+                states = model.base_model(**arguments).last_hidden_state
             else:
-                states = self.model(**arguments).logits
+                states = model(**arguments).logits
         self.forward_calls += 1
-        return Scores(states, self._head if self._factorized else torch.nn.Identity(), counts)
+        head = model.get_output_embeddings() if self._factorized else torch.nn.Identity()
+        return Scores(states, head, counts)
 
     def commit(self, paths: list[list[int]]) -> None:
         """Keep, per row, the pending entries ``paths[b]`` (a chain starting below the last
@@ -320,12 +336,14 @@ class CausalLM:
         mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(~sees, torch.finfo(self.dtype).min)
         return mask[:, None].to(self.device)
 
-    def _logits_are_head_of_base_model(self) -> bool:
-        tokens = torch.tensor([[0, 1]], device=self.device)
-        with torch.no_grad():
-            full = self.model(input_ids=tokens, use_cache=False).logits
-            split = self._head(self.model.base_model(input_ids=tokens, use_cache=False).last_hidden_state)
-        return full.shape == split.shape and bool(torch.equal(full, split))
+
+
+def _logits_are_head_of_base_model(model: torch.nn.Module) -> bool:
+    tokens = torch.tensor([[0, 1]], device=_device_of(model))
+    with torch.no_grad():
+        full = model(input_ids=tokens, use_cache=False).logits
+        split = model.get_output_embeddings()(model.base_model(input_ids=tokens, use_cache=False).last_hidden_state)
+    return full.shape == split.shape and bool(torch.equal(full, split))
 
 
 @dataclass(frozen=True)
@@ -368,22 +386,22 @@ def _check_full_attention(model: torch.nn.Module) -> None:
         )
 
 
-def _check_twin(model: torch.nn.Module, twin: torch.nn.Module) -> None:
-    """A prefill twin must be the model's architecture: same config class, output head
-    shape (vocabulary × hidden) and number of layers."""
+def _check_twin(model: torch.nn.Module, twin: torch.nn.Module, name: str = "prefill_model") -> None:
+    """A prefill twin or a variant must be the model's architecture: same config class,
+    output head shape (vocabulary × hidden) and number of layers."""
     if type(twin.config) is not type(model.config):
         raise ValueError(
-            f"prefill_model: config {type(twin.config).__name__} differs from the model's "
+            f"{name}: config {type(twin.config).__name__} differs from the model's "
             f"{type(model.config).__name__}"
         )
     twin_head = tuple(twin.get_output_embeddings().weight.shape)
     model_head = tuple(model.get_output_embeddings().weight.shape)
     if twin_head != model_head:
         raise ValueError(
-            f"prefill_model: output head shape {twin_head} (vocabulary × hidden) differs from "
+            f"{name}: output head shape {twin_head} (vocabulary × hidden) differs from "
             f"the model's {model_head}"
         )
     twin_layers = twin.config.get_text_config(decoder=True).num_hidden_layers
     model_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     if twin_layers != model_layers:
-        raise ValueError(f"prefill_model: {twin_layers} layers, the model has {model_layers}")
+        raise ValueError(f"{name}: {twin_layers} layers, the model has {model_layers}")

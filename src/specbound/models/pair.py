@@ -18,7 +18,9 @@ for the default pair).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,11 +35,25 @@ class ModelPair:
     draft: torch.nn.Module | None  # None: a target alone
     vocab_size: int  # probability rows keep the first vocab_size logits
     eos_token_ids: tuple[int, ...]
-    encode: Callable[[str], list[int]]  # prompt text -> token ids the target is given
-    decode: Callable[[list[int]], str] = lambda tokens: " ".join(map(str, tokens))
+    encode: Callable[[str], list[int]]  # prompt text -> token ids the target is given (chat turn)
+    decode: Callable[[list[int]], str] = lambda tokens, **options: " ".join(map(str, tokens))
+    tokenize: Callable[[str], list[int]] | None = None  # plain text -> token ids, no template
     description: dict = field(default_factory=dict)  # model names, dtype: for the report
     target_twin: torch.nn.Module | None = None  # float32 copies (module docstring)
     draft_twin: torch.nn.Module | None = None
+
+    def with_target(self, target: torch.nn.Module) -> ModelPair:
+        """The same pair with another target model (e.g. a quantised copy)."""
+        return dataclasses.replace(self, target=target, target_twin=None)
+
+    def to(self, device) -> ModelPair:
+        """The pair on ``device`` ("cpu", "cuda", ...)."""
+        device = torch.device(device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device: CUDA is not available here")
+        move = (lambda model: None if model is None else model.to(device))
+        return dataclasses.replace(self, target=move(self.target), draft=move(self.draft),
+                                   target_twin=move(self.target_twin), draft_twin=move(self.draft_twin))
 
     def decoder(self, processing, drafter: str = "model", stop_at_eos: bool = True):
         """An engine ``Decoder`` on this pair with ``processing``: drafting with the draft
@@ -56,6 +72,40 @@ class ModelPair:
             raise ValueError("drafter: this pair was loaded without a draft model")
         target = CausalLM(self.target, prefill_model=self.target_twin)
         return Decoder(target, drafters[drafter](), processing, self.eos_token_ids if stop_at_eos else ())
+
+    def auto_decoder(self, processing, draft_precisions=("bf16", "int8", "int4"), cache_dir=None,
+                     stop_at_eos: bool = True, candidates=None):
+        """A decoder whose method is chosen step by step by a ``Planner`` from this machine's
+        measured forward costs (kept in ``<cache>/costs.json``) and the acceptance seen:
+        returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
+        draft runs each forward at the precision measured fastest for its rows (its
+        quantised copies are kept in the cache)."""
+        from specbound.engine import CausalLM, Decoder, ModelDrafter
+        from specbound.engine.costs import CostBook
+        from specbound.engine.planner import Planner, default_candidates
+        from specbound.models.gguf import default_cache_dir
+        from specbound.models.quantize import quantize
+
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        book = CostBook(cache / "costs.json")
+        device = next(self.target.parameters()).device
+        target_costs = book.costs(self.target, _precision_of(self.target), device)
+        draft_costs, variants = {}, {}
+        if self.draft is not None:
+            on_cpu = next(self.draft.parameters()).device.type == "cpu"
+            for precision in draft_precisions:
+                if precision == "bf16" or not on_cpu:
+                    draft_costs[None] = book.costs(self.draft, _precision_of(self.draft), device)
+                    continue
+                variants[precision] = quantize(self.draft, precision, cache_dir=cache)
+                draft_costs[precision] = book.costs(variants[precision], precision, device)
+        planner = Planner(target_costs, draft_costs, **({} if candidates is None else {"candidates": candidates}))
+        eos = self.eos_token_ids if stop_at_eos else ()
+        target = CausalLM(self.target, prefill_model=self.target_twin)
+        if self.draft is None:
+            return Decoder(target, None, processing, eos), planner
+        draft = CausalLM(self.draft, prefill_model=self.draft_twin, variants=variants)
+        return Decoder(target, ModelDrafter(draft, processing, planner.variant_for_rows), processing, eos), planner
 
 
 def float32_twin(model: torch.nn.Module) -> torch.nn.Module:
@@ -95,6 +145,7 @@ def load_pair(
         eos_token_ids=eos_token_ids,
         encode=functools.partial(encode_prompt, tokenizer),
         decode=tokenizer.decode,
+        tokenize=lambda text: tokenizer(text)["input_ids"],
         description={
             "target": target,
             "draft": draft,
@@ -107,3 +158,7 @@ def load_pair(
         target_twin=float32_twin(target_loaded.model) if float32_twins else None,
         draft_twin=float32_twin(draft_loaded.model) if float32_twins and draft_loaded else None,
     )
+
+
+def _precision_of(model: torch.nn.Module) -> str:
+    return str(next(model.parameters()).dtype).removeprefix("torch.")

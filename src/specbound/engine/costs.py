@@ -1,0 +1,155 @@
+"""What a forward costs on this machine, measured once and kept.
+
+Speculative decoding pays when the target scores many rows for little more than one, and
+the draft costs little: both are properties of the machine, the model and its precision
+(on an AVX2-only CPU a bf16 forward costs time linear in its rows; with AVX512-BF16, AMX
+or a GPU, 16 rows cost little more than one). ``measure_costs`` times one engine forward
+of k new rows — a tree of k children below a context of ``CONTEXT`` tokens, as the engine
+scores them — for k in ``ROWS``, and the minimum over repeats (the least disturbed figure
+on a shared machine). ``CostBook`` keeps the measurements in one JSON file per cache, keyed
+by the machine (processor model and flags, or GPU name; torch version; threads), the
+model (a fingerprint of its configuration and weights) and its precision, so each is
+measured once; ``Costs`` interpolates between the measured row counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specbound.engine.lm import CausalLM, Entries
+
+ROWS = (1, 2, 4, 8, 16, 32)
+CONTEXT = 200
+REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds of one forward by the number of new rows it scores."""
+
+    seconds: dict[int, float]  # rows -> seconds
+
+    def __call__(self, rows: int) -> float:
+        """Seconds for ``rows`` rows, linear between measured counts (and beyond the last)."""
+        known = sorted(self.seconds)
+        if rows <= known[0]:
+            return self.seconds[known[0]]
+        for low, high in zip(known, known[1:]):
+            if rows <= high:
+                fraction = (rows - low) / (high - low)
+                return self.seconds[low] + fraction * (self.seconds[high] - self.seconds[low])
+        low, high = known[-2], known[-1]
+        return self.seconds[high] + (rows - high) * (self.seconds[high] - self.seconds[low]) / (high - low)
+
+    def to_json(self) -> dict:
+        return {str(rows): seconds for rows, seconds in self.seconds.items()}
+
+    @classmethod
+    def from_json(cls, payload: dict) -> Costs:
+        return cls({int(rows): float(seconds) for rows, seconds in payload.items()})
+
+
+def measure_costs(model: torch.nn.Module, rows=ROWS, context: int = CONTEXT, repeats: int = REPEATS) -> Costs:
+    """Time one forward of k tree rows below a ``context``-token prefix, for each k."""
+    lm = CausalLM(model)
+    generator = torch.Generator().manual_seed(0)
+    vocab = min(lm.logits_size, 1000)
+    lm.prefill(0, torch.randint(0, vocab, (context,), generator=generator).tolist())
+    seconds = {}
+    for count in rows:
+        best = float("inf")
+        for _ in range(repeats):
+            tokens = torch.randint(0, vocab, (count,), generator=generator).tolist()
+            entries = Entries.chain(tokens) if count == 1 else Entries(tokens, [-1] + [0] * (count - 1))
+            _synchronize(lm.device)
+            started = time.perf_counter()
+            lm.score([entries]).logits(0, [0])
+            _synchronize(lm.device)
+            best = min(best, time.perf_counter() - started)
+            lm.commit([[]])
+        seconds[count] = best
+    return Costs(seconds)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_key(device: torch.device | str = "cpu") -> str:
+    """What makes timings comparable: the processor (model name and flags) or the GPU, the
+    torch version and the number of threads."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        hardware = torch.cuda.get_device_name(device)
+    else:
+        hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
+    return f"{hardware} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+def cpu_description() -> dict:
+    """The processor's model name and flags, from /proc/cpuinfo (what ``lscpu`` prints)."""
+    description = {"model": platform.processor() or platform.machine(), "flags": ""}
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return description
+    for line in lines:
+        key, _, value = line.partition(":")
+        field = {"model name": "model", "flags": "flags"}.get(key.strip())
+        if field and not description.get(f"_{field}"):
+            description[field], description[f"_{field}"] = value.strip(), True
+    return {"model": description["model"], "flags": description["flags"]}
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of the model's configuration, dtype, parameter count and a sample of its
+    weights: the same model loaded twice has the same fingerprint."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
+    count = 0
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        count += tensor.numel()
+        if tensor.device.type != "meta" and tensor.numel():
+            digest.update(tensor.flatten()[:64].float().cpu().numpy().tobytes())
+    digest.update(str(count).encode())
+    return digest.hexdigest()[:16]
+
+
+class CostBook:
+    """Measured costs, one JSON file, one entry per (machine, model, precision)."""
+
+    def __init__(self, path: Path | str | None):
+        self.path = None if path is None else Path(path)
+        self._entries = {}
+        if self.path is not None and self.path.is_file():
+            try:
+                self._entries = json.loads(self.path.read_text())
+            except (OSError, json.JSONDecodeError):
+                self._entries = {}  # a damaged book is measured again
+
+    def costs(self, model: torch.nn.Module, precision: str, device="cpu", measure=measure_costs) -> Costs:
+        """The costs of ``model`` at ``precision`` here: from the book, else measured now
+        and kept."""
+        key = f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
+        if key not in self._entries:
+            self._entries[key] = measure(model).to_json()
+            self._save()
+        return Costs.from_json(self._entries[key])
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(self._entries, indent=1, ensure_ascii=False))
+        os.replace(temporary, self.path)

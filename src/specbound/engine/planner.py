@@ -1,0 +1,223 @@
+"""The planner behind ``--method auto``: choose the method that maximises predicted tokens/s
+on this machine, and re-plan as acceptance drifts.
+
+Predicted tokens/s of a candidate = (1 + E[accepted drafts per step]) / E[seconds per step].
+
+**Seconds** come from measured forward costs (``engine.costs``): the target's cost of its
+rows (the pending token plus the tree), and per draft forward the cheapest draft variant
+for its rows (bf16, int8, int4: ``models.quantize``; the drafter runs that variant). Time
+outside the models (masks, sampling, verification) is kept small by the engine and left
+out, so that the plans — hence the tokens — depend only on the measured costs and on the
+steps run: with the same cost book and seed, ``auto`` draws the same tokens every time.
+
+**Acceptance** comes from the steps already run. Every verification records its depth, the
+number of drafts at the node and whether it descended (``RunStats``); the planner pools
+them into a(d, k) = P(descend | a node at depth d with k drafts). A chain of γ accepts
+E = Σ_{k≤γ} Π_{d<k} a(d, 1); a tree is predicted the same way along its accepted path with
+the children its shape gives a path node; a candidate that has run long enough is predicted
+from its own mean accepted length. Before anything ran, a(d, k) = 1 − (1 − a₀)·ρ^{k−1}
+with the prior single-draft acceptance a₀ and ρ the share of the rejected mass a further
+draft recovers. The first plan is optimistic (a₀ = ``OPTIMISTIC_ACCEPTANCE``): where even
+that cannot beat plain decoding — a CPU on which a forward costs time linear in its rows —
+autoregressive decoding is chosen and nothing is drafted at all, so ``auto`` is never
+slower than it by more than its bookkeeping.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from specbound.engine.costs import Costs
+from specbound.engine.methods import Budget, Levels, Method, build_method
+
+OPTIMISTIC_ACCEPTANCE = 0.9
+PRIOR_ACCEPTANCE = 0.8
+RECOVERED_SHARE = 0.5  # ρ: share of the rejected mass each further draft at a node recovers (prior)
+REPLAN_EVERY = 8  # steps between plans
+OWN_STEPS = 16  # steps after which a candidate is predicted from its own accepted lengths
+PSEUDO_COUNT = 8.0  # weight of the prior in a(d, k), in verifications
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A method the planner may choose: a name of ``engine.methods`` and its options."""
+
+    method: str
+    options: tuple = ()
+
+    def build(self) -> Method:
+        return build_method(self.method, **dict(self.options))
+
+    @property
+    def label(self) -> str:
+        return self.build().name
+
+
+def default_candidates(max_depth: int = 8) -> list[Candidate]:
+    """Autoregressive, chains γ = 1..``max_depth``, and budgeted sparse trees."""
+    candidates = [Candidate("autoregressive")]
+    candidates += [Candidate("chain", (("gamma", gamma),)) for gamma in range(1, max_depth + 1)]
+    for budget, depth, width in ((6, 4, 2), (8, 5, 2), (10, 6, 2), (12, 6, 3), (16, 6, 3), (16, 8, 2),
+                                 (24, 8, 3), (32, 8, 4)):
+        if depth <= max_depth:
+            candidates.append(Candidate("sparse", (("budget", budget), ("depth", depth), ("width", width),
+                                                   ("max_children", 3))))
+    return candidates
+
+
+@dataclass(frozen=True)
+class Prediction:
+    candidate: Candidate
+    accepted: float  # E[accepted drafts per step]
+    seconds: float  # E[seconds per step]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return (1.0 + self.accepted) / self.seconds
+
+
+@dataclass
+class Planner:
+    """Chooses among ``candidates`` by predicted tokens/s (module docstring).
+
+    ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft variant
+    (None = the model's own precision) its cost by rows; empty without a draft model."""
+
+    target_costs: Costs
+    draft_costs: dict[str | None, Costs] = field(default_factory=dict)
+    candidates: list[Candidate] = field(default_factory=default_candidates)
+    prior_acceptance: float = PRIOR_ACCEPTANCE
+    replan_every: int = REPLAN_EVERY
+    name: str = "auto"
+    _attempts: dict = field(default_factory=dict)  # (depth, drafts) -> verifications
+    _accepts: dict = field(default_factory=dict)  # (depth, drafts) -> descents
+    _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
+    current: Candidate | None = None
+    history: list = field(default_factory=list)  # (step, candidate label, predicted tokens/s)
+
+    def __post_init__(self):
+        if not self.draft_costs:
+            self.candidates = [candidate for candidate in self.candidates if candidate.method == "autoregressive"]
+        self._methods = {candidate: candidate.build() for candidate in self.candidates}
+
+    # -- what the decoder calls ----------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """The deepest tree any candidate drafts (the decoder prepares a drafter if > 0)."""
+        return max(method.depth for method in self._methods.values())
+
+    def method_for(self, step: int) -> Method:
+        """The method of step ``step`` (0, 1, ...): re-planned every ``replan_every`` steps."""
+        if self.current is None or step % self.replan_every == 0:
+            best = self.best(optimistic=step == 0)
+            self.current = best.candidate
+            self.history.append((step, best.candidate.label, best.tokens_per_second))
+        return self._methods[self.current]
+
+    def observe(self, method: Method, tree, outcome_path: list[int]) -> None:
+        """Learn from one verified step of ``method``: which nodes were verified, how many
+        drafts each had, where it descended."""
+        candidate = next(c for c, m in self._methods.items() if m is method)
+        own = self._own.setdefault(candidate, [0, 0, 0])
+        own[0] += 1
+        own[1] += len(outcome_path)
+        own[2] += len(tree) - 1
+        visited = [0] + outcome_path
+        for position, node in enumerate(visited):
+            if node not in tree.draft_tokens:
+                break
+            key = (tree.depths[node], len(tree.children[node]))
+            self._attempts[key] = self._attempts.get(key, 0) + 1
+            descended = position + 1 < len(visited)
+            self._accepts[key] = self._accepts.get(key, 0) + int(descended)
+
+    # -- predictions ---------------------------------------------------------------------------
+    def best(self, optimistic: bool = False) -> Prediction:
+        predictions = [self.predict(candidate, optimistic) for candidate in self.candidates]
+        return max(predictions, key=lambda prediction: prediction.tokens_per_second)
+
+    def predict(self, candidate: Candidate, optimistic: bool = False) -> Prediction:
+        method = self._methods[candidate]
+        return Prediction(candidate, self._accepted(candidate, method, optimistic), self._seconds(candidate, method))
+
+    def acceptance(self, depth: int, drafts: int, optimistic: bool = False) -> float:
+        """a(d, k): P(descend | a node at depth d with k drafts): the verifications seen at
+        (d, k), shrunk toward the prior 1 − (1 − a₀)·ρ^{k−1}, where a₀ is the single-draft
+        acceptance pooled over every depth seen (``prior_acceptance`` before any). The
+        optimistic value never falls below the optimistic prior."""
+        attempts = sum(count for (_, k), count in self._attempts.items() if k == 1)
+        accepts = sum(count for (_, k), count in self._accepts.items() if k == 1)
+        single = (accepts + PSEUDO_COUNT * self.prior_acceptance) / (attempts + PSEUDO_COUNT)
+        if optimistic:
+            single = max(single, OPTIMISTIC_ACCEPTANCE)
+        prior = 1.0 - (1.0 - single) * RECOVERED_SHARE ** (drafts - 1)
+        seen = self._attempts.get((depth, drafts), 0)
+        observed = (self._accepts.get((depth, drafts), 0) + PSEUDO_COUNT * prior) / (seen + PSEUDO_COUNT)
+        return max(prior, observed) if optimistic else observed
+
+    def _accepted(self, candidate: Candidate, method: Method, optimistic: bool) -> float:
+        own = self._own.get(candidate)
+        if own and own[0] >= OWN_STEPS and not optimistic:
+            return own[1] / own[0]
+        expected, reach = 0.0, 1.0
+        for depth, drafts in enumerate(_path_drafts(method.shape)):
+            reach *= self.acceptance(depth, drafts, optimistic)
+            expected += reach
+        return expected
+
+    def _seconds(self, candidate: Candidate, method: Method) -> float:
+        nodes = self._nodes(candidate, method)
+        seconds = self.target_costs(1 + nodes)
+        if method.depth:
+            levels = _level_rows(method.shape, nodes)
+            seconds += self.draft_seconds(2) + sum(self.draft_seconds(rows) for rows in levels[:-1])
+        return seconds
+
+    def _nodes(self, candidate: Candidate, method: Method) -> float:
+        own = self._own.get(candidate)
+        if own and own[0]:
+            return own[2] / own[0]
+        return float(method.shape.max_nodes)
+
+    def draft_seconds(self, rows: float) -> float:
+        """The cheapest draft variant's seconds for a forward of ``rows`` rows."""
+        return min(costs(max(1, math.ceil(rows))) for costs in self.draft_costs.values())
+
+    def variant_for_rows(self, rows: int) -> str | None:
+        """The draft variant measured fastest for ``rows`` rows (the drafter's rule)."""
+        return min(self.draft_costs, key=lambda variant: self.draft_costs[variant](max(1, rows)))
+
+    def describe(self) -> str:
+        """The plans chosen so far, with their predicted tokens/s."""
+        return "; ".join(f"step {step}: {label} ({speed:.2f} tok/s predicted)" for step, label, speed in self.history)
+
+
+def _path_drafts(shape) -> list[int]:
+    """Drafts at each node of the accepted path, depth by depth, as the shape gives them."""
+    if isinstance(shape, Levels):
+        return list(shape.branching)
+    assert isinstance(shape, Budget)
+    drafts, left = [], shape.nodes
+    for _ in range(shape.max_depth):
+        if left <= 0:
+            break
+        children = min(shape.max_children, shape.width, left)
+        drafts.append(children)
+        left -= min(shape.width, left)
+    return drafts
+
+
+def _level_rows(shape, nodes: float) -> list[float]:
+    """Drafted nodes at each depth (the last depth is never scored by the draft)."""
+    if isinstance(shape, Levels):
+        rows, width = [], 1
+        for count in shape.branching:
+            width *= count
+            rows.append(float(width))
+        return rows
+    levels, left = [], nodes
+    while left > 0 and len(levels) < shape.max_depth:
+        levels.append(min(float(shape.width), left))
+        left -= shape.width
+    return levels or [0.0]

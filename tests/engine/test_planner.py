@@ -1,0 +1,67 @@
+"""The planner: by the measured costs it drafts where rows are cheap and decodes plainly
+where they are not; with it the engine stays lossless and deterministic."""
+
+import torch
+
+from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
+from specbound.engine.costs import Costs
+from specbound.engine.planner import Planner
+
+ROWS = (1, 2, 4, 8, 16, 32)
+
+
+def linear(fixed_ms, per_row_ms):
+    return Costs({rows: (fixed_ms + per_row_ms * rows) / 1000 for rows in ROWS})
+
+
+AVX2 = {"target": linear(63, 161), "draft": linear(89, 39)}  # bf16 on an AVX2-only CPU (recorded)
+AVX512_BF16 = {"target": linear(223, 7), "draft": linear(79, 2)}  # the project's AMD EPYC (recorded)
+
+
+def test_where_rows_cost_linear_time_nothing_is_drafted():
+    planner = Planner(AVX2["target"], {None: AVX2["draft"]})
+    assert planner.best(optimistic=True).candidate.method == "autoregressive"
+    for depth in range(8):  # even after seeing perfect acceptance
+        planner._attempts[(depth, 1)], planner._accepts[(depth, 1)] = 1000, 1000
+    assert planner.best().candidate.method == "autoregressive"
+
+
+def test_where_rows_are_cheap_a_draft_is_planned():
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"], "int8": linear(40, 15)})
+    best = planner.best(optimistic=True)
+    assert best.candidate.method != "autoregressive"
+    assert best.tokens_per_second > planner.predict(planner.candidates[0]).tokens_per_second
+    assert planner.variant_for_rows(1) == "int8" and planner.variant_for_rows(16) is None
+
+
+def test_poor_acceptance_falls_back_to_plain_decoding():
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    for depth in range(8):
+        for drafts in range(1, 5):
+            planner._attempts[(depth, drafts)], planner._accepts[(depth, drafts)] = 1000, 50
+    assert planner.best().candidate.method == "autoregressive"
+
+
+def auto_decoder(target_model, draft_model, processing):
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, replan_every=2)
+    drafter = ModelDrafter(CausalLM(draft_model), processing, planner.variant_for_rows)
+    return Decoder(CausalLM(target_model), drafter, processing, eos_token_ids=[EOS]), planner
+
+
+def test_auto_is_lossless_while_it_replans(target_model, draft_model):
+    processing = Processing()
+    decoder, planner = auto_decoder(target_model, draft_model, processing)
+    generator = torch.Generator().manual_seed(0)
+    samples = [tuple(decoder.generate([1], planner, 3, generator).tokens) for _ in range(400)]
+    law = exact_sequence_law(target_model, [1], processing, 3)
+    assert chi_square_pvalue(samples, law) > SIGNIFICANCE
+    assert len({label for _, label, _ in planner.history}) >= 1
+
+
+def test_auto_draws_the_same_tokens_for_the_same_seed(target_model, draft_model):
+    runs = []
+    for _ in range(2):
+        decoder, planner = auto_decoder(target_model, draft_model, Processing())
+        runs.append(decoder.generate([1, 2], planner, 30, torch.Generator().manual_seed(4)).tokens)
+    assert runs[0] == runs[1]

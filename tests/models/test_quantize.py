@@ -1,0 +1,72 @@
+"""Weight-only int8/int4 layers compute with the grid they store, the int4 grid search beats
+plain min/max rounding, the quantised copies are cached and reload to the same model, and a
+quantised draft keeps decoding lossless (its law is the one handed to the verifier)."""
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from engine.engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
+from specbound.models.quantize import Int4Linear, Int8Linear, int4_grid, quantize
+
+
+def small_model(seed=0):
+    """A tiny Qwen2 whose layers are multiples of 32 wide (the int4 kernel's group)."""
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=6, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                         tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(config).eval().to(torch.bfloat16)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model
+
+
+@pytest.mark.parametrize("layer_class", [Int8Linear, Int4Linear])
+def test_a_quantised_layer_computes_with_its_stored_weight(layer_class):
+    linear = torch.nn.Linear(64, 48, bias=True).to(torch.bfloat16)
+    layer = layer_class.from_linear(linear)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    expected = x.float() @ layer.dequantized().float().t() + linear.bias.float()
+    torch.testing.assert_close(layer(x).float(), expected, atol=0.05, rtol=0.02)
+    assert layer.weight.shape == linear.weight.shape and layer.weight.device.type == "meta"
+
+
+def test_the_int4_range_search_beats_min_max_rounding():
+    weight = torch.randn(64, 256) * torch.linspace(0.1, 3, 256)
+    weight[:, ::37] *= 8  # outliers
+    scale, zero, levels = int4_grid(weight)
+    searched = ((levels.reshape(64, -1, 32).float() - 8) * scale[..., None] + zero[..., None]).reshape(64, 256)
+    groups = weight.reshape(64, -1, 32)
+    low, high = groups.amin(-1, keepdim=True), groups.amax(-1, keepdim=True)
+    step = (high - low) / 15
+    plain = (torch.round((groups - low) / step) * step + low).reshape(64, 256)
+    searched_error, plain_error = ((searched - weight) ** 2).sum(-1), ((plain - weight) ** 2).sum(-1)
+    assert bool((searched_error <= plain_error * (1 + 1e-6)).all())  # min/max is one of the candidates
+    assert searched_error.sum() < 0.95 * plain_error.sum()  # 0.90 here: outliers waste plain levels
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quantised_copies_are_cached_and_reload_to_the_same_model(precision, tmp_path):
+    model = small_model()
+    first, second = quantize(model, precision, cache_dir=tmp_path), quantize(model, precision, cache_dir=tmp_path)
+    assert len(list((tmp_path / "quantized").iterdir())) == 1
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    assert torch.equal(first(input_ids=tokens).logits, second(input_ids=tokens).logits)
+    assert quantize(model, "bf16") is model
+
+
+def test_a_draft_at_two_precisions_in_one_cache_keeps_decoding_lossless():
+    """The drafter runs one-row forwards in int4 and larger ones in int8 (as a planner would
+    choose by cost); the sequence law is still the target's (χ² at SIGNIFICANCE)."""
+    target, draft = small_model(0), small_model(1)
+    processing = Processing()
+    variants = {"int8": quantize(draft, "int8"), "int4": quantize(draft, "int4")}
+    drafter = ModelDrafter(CausalLM(draft, variants=variants), processing,
+                           lambda rows: "int4" if rows == 1 else "int8")
+    decoder = Decoder(CausalLM(target), drafter, processing, eos_token_ids=[EOS])
+    generator = torch.Generator().manual_seed(0)
+    method = build_method("sparse", budget=4, depth=2, width=2)
+    samples = [tuple(decoder.generate([1], method, 3, generator).tokens) for _ in range(400)]
+    assert chi_square_pvalue(samples, exact_sequence_law(target, [1], processing, 3)) > SIGNIFICANCE
