@@ -90,9 +90,9 @@ DRIVER = textwrap.dedent('''
 
 
     class ReportingStudy(AcceptanceStudy):
-        def run_unit(self, pair, unit, generator):
+        def run_units(self, pair, units, generators):
             event("unit")
-            return super().run_unit(pair, unit, generator)
+            return super().run_units(pair, units, generators)
 
 
     def work(out):

@@ -34,11 +34,11 @@ class InterruptedStudy(AcceptanceStudy):
         super().__init__(**options)
         self.stop_at, self.started = stop_at, 0
 
-    def run_unit(self, pair, unit, generator):
-        self.started += 1
-        if self.started == self.stop_at:
+    def run_units(self, pair, units, generators):
+        self.started += len(units)
+        if self.started >= self.stop_at:
             raise Interrupted
-        return super().run_unit(pair, unit, generator)
+        return super().run_units(pair, units, generators)
 
 
 OPTIONS = {"temperatures": (0.8, 1.0), "num_drafts": (2,), "max_new_tokens": 5}
@@ -284,3 +284,21 @@ def test_unit_seeds_depend_on_seed_and_unit_only():
 def test_reading_a_folder_without_settings_fails(tmp_path):
     with pytest.raises(ValueError, match="settings.json"):
         read_results(tmp_path)
+
+
+def test_a_batched_study_writes_the_records_of_a_one_by_one_run(tmp_path):
+    """Units decoded 3 at a time (a batch cut where the temperature changes) generate the
+    same tokens as units decoded one by one, and their exact numbers agree to float32
+    rounding: a batched target forward rounds its last bits differently from a lone one."""
+    pair, prompts = tiny_pair(), tiny_prompts(PROMPTS)
+    for name, size in (("one", 1), ("batched", 3)):
+        run_study(AcceptanceStudy(**OPTIONS), pair, prompts, tmp_path / name, "toy", progress=False, batch_size=size)
+    one, batched = read_results(tmp_path / "one"), read_results(tmp_path / "batched")
+    assert [run["tokens"] for run in batched.runs] == [run["tokens"] for run in one.runs]
+    assert [run["unit"] for run in batched.runs] == [run["unit"] for run in one.runs]
+    assert len(batched.positions) == len(one.positions)
+    for first, second in zip(one.positions, batched.positions):
+        assert first["token"] == second["token"]
+        for method, value in first["acceptance"].items():
+            assert second["acceptance"][method] == pytest.approx(value, abs=1e-6)
+    assert set(batched.timings) == {run["unit"] for run in batched.runs}

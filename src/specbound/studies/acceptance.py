@@ -66,7 +66,7 @@ from specbound.statistics import grouped_per_token_means
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Bullets, Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import StudyResults
-from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 from specbound.verifiers import VERIFIERS, Verifier
 
 DEFAULT_TEMPERATURE = 0.7  # [HU]'s defaults, the headline of the tables
@@ -271,12 +271,12 @@ class AcceptanceStudy(Study):
     def units(self, prompts: list[Prompt]) -> list[Unit]:
         return setting_units(prompts, self.temperatures)
 
-    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
-        temperature = unit.config["temperature"]
-        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
-        trace = generate_trace(
-            pair, processing, self.method, pair.encode(unit.prompt.text), self.max_new_tokens, generator
-        )
+    def trace_request(self, pair: ModelPair, unit: Unit) -> TraceRequest:
+        processing = Processing(unit.config["temperature"], self.top_k, self.top_p, pair.vocab_size)
+        return TraceRequest(processing, self.method, self.max_new_tokens)
+
+    def unit_output(self, pair: ModelPair, unit: Unit, request: TraceRequest, trace) -> UnitOutput:
+        temperature, processing = unit.config["temperature"], request.processing
         started = time.perf_counter()
         target_rows, draft_rows = trace_probs(pair, trace, processing)
         scored = time.perf_counter()
@@ -305,7 +305,7 @@ class AcceptanceStudy(Study):
             **generation_summary(pair, trace),
         }
         seconds = {
-            "generate": trace.stats.wall_seconds,
+            "generate": trace.seconds,
             "score": scored - started,
             "acceptance": time.perf_counter() - scored,
         }

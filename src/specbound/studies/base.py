@@ -74,8 +74,42 @@ class Study:
     def units(self, prompts: list[Prompt]) -> list[Unit]:
         raise NotImplementedError
 
-    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+    def trace_request(self, pair: ModelPair, unit: Unit):
+        """How the unit's text is generated (``traces.TraceRequest``); a study that decodes
+        its units otherwise overrides ``run_unit`` instead (its units then run one by one)."""
         raise NotImplementedError
+
+    def unit_output(self, pair: ModelPair, unit: Unit, request, trace) -> UnitOutput:
+        """The unit's records from its generated ``trace``."""
+        raise NotImplementedError
+
+    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
+        return self.run_units(pair, [unit], [generator])[0]
+
+    def run_units(self, pair: ModelPair, units: list[Unit], generators: list[torch.Generator]) -> list[UnitOutput]:
+        """The records of several units: units whose texts are generated alike decode
+        together in one batch (``traces.generate_traces``) — each gets exactly the text it
+        gets alone with its generator, so the records are those of one-by-one runs."""
+        from specbound.studies.traces import generate_traces
+
+        if type(self).trace_request is Study.trace_request:  # decodes its own way: one by one
+            return [type(self).run_unit(self, pair, unit, generator) for unit, generator in zip(units, generators)]
+        requests = [self.trace_request(pair, unit) for unit in units]
+        outputs = [None] * len(units)
+        groups: dict[tuple, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault(request.key, []).append(index)
+        for indices in groups.values():
+            traces = generate_traces(pair, requests[indices[0]], [pair.encode(units[i].prompt.text) for i in indices],
+                                     [generators[i] for i in indices])
+            for index, trace in zip(indices, traces):
+                outputs[index] = self.unit_output(pair, units[index], requests[index], trace)
+        return outputs
+
+    def batch_key(self, unit: Unit):
+        """Units with equal keys may run in one batch (the same generation settings)."""
+        config = unit.config.get("config")
+        return (unit.config.get("temperature"), getattr(config, "label", config))
 
     @staticmethod
     def summary_tables(results) -> list[tuple[str, tuple[list, list]]]:

@@ -37,7 +37,7 @@ from specbound.statistics import grouped_per_token_means, mean_and_standard_erro
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import StudyResults
-from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 from specbound.verifiers import VERIFIERS, get_verifier
 
 BIASED_METHODS = tuple(name for name, verifier in VERIFIERS.items() if not verifier.lossless)
@@ -118,16 +118,15 @@ class BiasStudy(Study):
     def units(self, prompts: list[Prompt]) -> list[Unit]:
         return setting_units(prompts, self.temperatures, self.configs)
 
-    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
-        temperature, config = unit.config["temperature"], unit.config["config"]
-        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
-        trace = generate_trace(
-            pair, processing, config.engine_method(self.gamma), pair.encode(unit.prompt.text),
-            self.max_new_tokens, generator,
-        )
+    def trace_request(self, pair: ModelPair, unit: Unit) -> TraceRequest:
+        processing = Processing(unit.config["temperature"], self.top_k, self.top_p, pair.vocab_size)
+        return TraceRequest(processing, unit.config["config"].engine_method(self.gamma), self.max_new_tokens)
+
+    def unit_output(self, pair: ModelPair, unit: Unit, request: TraceRequest, trace) -> UnitOutput:
+        temperature, config, processing = unit.config["temperature"], unit.config["config"], request.processing
         common = {"prompt_id": unit.prompt.id, "temperature": temperature, "config": config.label}
         run = {**common, "method": config.method, "epsilon": config.epsilon, **generation_summary(pair, trace)}
-        seconds = {"generate": trace.stats.wall_seconds}
+        seconds = {"generate": trace.seconds}
         if config.method != REFERENCE:
             return UnitOutput([], run, seconds)
         started = time.perf_counter()

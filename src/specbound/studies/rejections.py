@@ -39,7 +39,7 @@ from specbound.studies.base import Study, Unit, UnitOutput, register_study, sett
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import StudyResults
 from specbound.studies.trace_theory import trace_expected_cost
-from specbound.studies.traces import checked_generation_settings, generate_trace, generation_summary, trace_probs
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 
 
 @dataclass(frozen=True)
@@ -124,13 +124,13 @@ class RejectionsStudy(Study):
     def units(self, prompts: list[Prompt]) -> list[Unit]:
         return setting_units(prompts, self.temperatures, self.configs)
 
-    def run_unit(self, pair: ModelPair, unit: Unit, generator: torch.Generator) -> UnitOutput:
-        temperature, config = unit.config["temperature"], unit.config["config"]
-        processing = Processing(temperature, self.top_k, self.top_p, pair.vocab_size)
-        trace = generate_trace(
-            pair, processing, config.method(self.max_new_tokens), pair.encode(unit.prompt.text),
-            self.max_new_tokens, generator, stop_at_eos=False,
-        )
+    def trace_request(self, pair: ModelPair, unit: Unit) -> TraceRequest:
+        processing = Processing(unit.config["temperature"], self.top_k, self.top_p, pair.vocab_size)
+        return TraceRequest(processing, unit.config["config"].method(self.max_new_tokens), self.max_new_tokens,
+                            stop_at_eos=False)
+
+    def unit_output(self, pair: ModelPair, unit: Unit, request: TraceRequest, trace) -> UnitOutput:
+        temperature, config, processing = unit.config["temperature"], unit.config["config"], request.processing
         started = time.perf_counter()
         target_rows, draft_rows = trace_probs(pair, trace, processing)
         scored = time.perf_counter()
@@ -164,7 +164,7 @@ class RejectionsStudy(Study):
             **generation_summary(pair, trace),
         }
         seconds = {
-            "generate": trace.stats.wall_seconds,
+            "generate": trace.seconds,
             "score": scored - started,
             "theory": time.perf_counter() - scored,
         }

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specbound.studies.base import STUDIES
 from specbound.studies.document import Heading, Paragraph, Table, to_html, to_markdown
-from specbound.studies.records import SETTINGS_FILE, StudyResults, read_results
+from specbound.studies.records import RECORDS_FILE, SETTINGS_FILE, StudyResults, read_results
 
 REPORT_FOLDER = "report"
 
@@ -25,15 +25,35 @@ def find_results(directory) -> list[StudyResults]:
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"results: {directory} is not a directory")
-    found = [read_results(path.parent) for path in sorted(directory.rglob(SETTINGS_FILE))
-             if REPORT_FOLDER not in path.relative_to(directory).parts]
-    found = [results for results in found if results.runs]
+    read = [read_results(path.parent) for path in sorted(directory.rglob(SETTINGS_FILE))
+            if REPORT_FOLDER not in path.relative_to(directory).parts]
+    found = [results for results in read if results.runs]
     if not found:
-        raise ValueError(f"results: no study results (a folder with {SETTINGS_FILE} and finished runs) below {directory}")
+        unfinished = [str(results.directory) for results in read if _has_records(results.directory)]
+        raise ValueError(
+            f"results: no study results (a folder with {SETTINGS_FILE} and finished runs) below {directory}"
+            + (f"; {', '.join(unfinished)} holds records but no run record (a line with \"kind\": \"run\"): "
+               "an interrupted first unit, or records of another program or version" if unfinished else ""))
     unknown = sorted({r.settings.get("study") for r in found} - STUDIES.keys(), key=str)
     if unknown:
         raise ValueError(f"results: {directory} holds results of unknown studies {unknown}; known: {sorted(STUDIES)}")
-    return sorted(found, key=lambda r: (STUDIES[r.settings["study"]].order, r.settings["dataset"]))
+    return sorted(found, key=lambda r: (STUDIES[r.settings["study"]].order, str(r.settings.get("dataset"))))
+
+
+def _has_records(directory: Path) -> bool:
+    records = directory / RECORDS_FILE
+    return records.is_file() and records.stat().st_size > 0
+
+
+def _fitting(studies: list[StudyResults], what: str, build):
+    """``build()``, with a record or setting the report needs and does not find turned into
+    a ValueError naming the folders: results of another study type or version."""
+    try:
+        return build()
+    except (KeyError, TypeError, IndexError) as error:
+        folders = ", ".join(str(results.directory) for results in studies)
+        raise ValueError(f"results: {folders}: the {what} lack what the report reads ({type(error).__name__}: "
+                         f"{error}); written by another study type or version of specbound?") from None
 
 
 def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
@@ -107,11 +127,11 @@ def write_report(directory) -> Path:
         Paragraph(f"Generated {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} from `{root}`. "
                   f"Total run time of the studies: {sum(r.total_seconds for r in studies) / 60:.1f} min."),
     ]
-    blocks += _settings_blocks(studies, root)
+    blocks += _fitting(studies, f"{SETTINGS_FILE} files", lambda: _settings_blocks(studies, root))
     for name, study in sorted(STUDIES.items(), key=lambda item: item[1].order):
         found = [results for results in studies if results.settings["study"] == name]
         if found:
-            blocks += study.report_blocks(found, figure_dir)
+            blocks += _fitting(found, f"records of the {name} study", lambda: study.report_blocks(found, figure_dir))
     markdown_path = output / "report.md"
     markdown_path.write_text(to_markdown(blocks), encoding="utf-8")
     (output / "report.html").write_text(to_html(blocks, title), encoding="utf-8")

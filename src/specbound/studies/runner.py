@@ -7,6 +7,10 @@ already on disk, seeds each unit's ``torch.Generator`` from the study seed and t
 key (``records.unit_seed``), shows a progress bar with an ETA on stderr, and appends each
 finished unit. The folder is locked for the whole run: a second run into it is refused at
 once (``records.ResultsStore``), and a killed run's lock is released by the OS.
+
+With ``batch_size`` B > 1, up to B consecutive units of the same generation settings
+(``Study.batch_key``) decode together (``Study.run_units``): each unit's text, hence its
+records, are exactly those of a one-by-one run; only the wall time is shared.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 import torch
 from tqdm import tqdm
 
+from specbound.checks import positive_int
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study
@@ -32,8 +37,10 @@ def run_study(
     dataset: str,
     seed: int = 0,
     progress: bool = True,
+    batch_size: int = 1,
 ) -> StudyResults:
     """Run every unit not yet in ``directory``; return all results read back from disk."""
+    positive_int("batch_size", batch_size)
     settings = {
         "study": study.name,
         "dataset": dataset,
@@ -51,11 +58,23 @@ def run_study(
             total=len(units), initial=len(units) - len(pending), desc=f"{study.name} {dataset}",
             unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
         ) as bar:
-            for unit in pending:
+            for batch in batches(study, pending, batch_size):
                 started = time.perf_counter()
-                generator = torch.Generator().manual_seed(unit_seed(seed, unit.key))
-                output = study.run_unit(pair, unit, generator)
-                seconds = {**output.seconds, "total": time.perf_counter() - started}
-                store.append_unit(unit.key, output.positions, output.run, seconds)
-                bar.update(1)
+                generators = [torch.Generator().manual_seed(unit_seed(seed, unit.key)) for unit in batch]
+                outputs = study.run_units(pair, batch, generators)
+                share = (time.perf_counter() - started) / len(batch)
+                for unit, output in zip(batch, outputs):
+                    store.append_unit(unit.key, output.positions, output.run, {**output.seconds, "total": share})
+                    bar.update(1)
         return read_results(directory)
+
+
+def batches(study: Study, units: list, batch_size: int) -> list[list]:
+    """Consecutive units of equal ``batch_key``, at most ``batch_size`` to a batch."""
+    groups, current = [], []
+    for unit in units:
+        if current and (len(current) == batch_size or study.batch_key(unit) != study.batch_key(current[0])):
+            groups.append(current)
+            current = []
+        current.append(unit)
+    return groups + ([current] if current else [])

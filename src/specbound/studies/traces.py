@@ -24,6 +24,7 @@ probabilities in the engine by the internal rounding of the two forwards (mean T
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -44,6 +45,21 @@ class Trace:
     finish_reason: str  # "eos" or "length"
     stats: RunStats  # the engine's counts for this generation
     target_probs: np.ndarray | None = None  # the target law of each token  # [len(tokens), vocab] float64
+    seconds: float = 0.0  # wall-clock of the generation (its share of a batch's)
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """How a unit's text is generated: units with equal requests decode together."""
+
+    processing: Processing
+    method: Method
+    max_new_tokens: int
+    stop_at_eos: bool = True
+
+    @property
+    def key(self) -> tuple:
+        return (self.processing, self.method.name, self.max_new_tokens, self.stop_at_eos)
 
 
 def generate_trace(
@@ -57,12 +73,24 @@ def generate_trace(
 ) -> Trace:
     """One engine generation. ``stop_at_eos=False`` always runs to ``max_new_tokens`` (a
     fixed horizon T, as [YIN]'s Thm 1 and Thm 3 assume)."""
-    decoder = pair.decoder(processing, "model" if method.depth > 0 else None, stop_at_eos=stop_at_eos)
-    generation = decoder.generate(prompt_ids, method, max_new_tokens, generator, record_target_probs=True)
-    return Trace(
-        list(prompt_ids), generation.tokens, generation.finish_reason, generation.stats,
-        _renormalised(generation.target_probs),
-    )
+    return generate_traces(pair, TraceRequest(processing, method, max_new_tokens, stop_at_eos), [prompt_ids],
+                           [generator])[0]
+
+
+def generate_traces(pair: ModelPair, request: TraceRequest, prompts: list[list[int]],
+                    generators: list[torch.Generator]) -> list[Trace]:
+    """The generations of several prompts decoded together (``Decoder.generate_batch``):
+    each has exactly the tokens it gets alone with its generator; the batch's wall time is
+    shared out equally."""
+    decoder = pair.decoder(request.processing, "model" if request.method.depth > 0 else None,
+                           stop_at_eos=request.stop_at_eos)
+    started = time.perf_counter()
+    generations = decoder.generate_batch(prompts, request.method, request.max_new_tokens, generators,
+                                         record_target_probs=True)
+    share = (time.perf_counter() - started) / len(prompts)
+    return [Trace(list(prompt), generation.tokens, generation.finish_reason, generation.stats,
+                  _renormalised(generation.target_probs), share)
+            for prompt, generation in zip(prompts, generations)]
 
 
 def _renormalised(probs: torch.Tensor) -> np.ndarray:
