@@ -82,7 +82,7 @@ class ModelPair:
         quantised copies are kept in the cache)."""
         from specbound.engine import CausalLM, Decoder, ModelDrafter
         from specbound.engine.costs import CostBook
-        from specbound.engine.planner import Planner, default_candidates
+        from specbound.engine.planner import Planner
         from specbound.models.gguf import default_cache_dir
         from specbound.models.quantize import quantize
 

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from specbound import arguments
 from specbound.checks import finite_number, positive_int

@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 
 from specbound import arguments
 from specbound.datasets import Prompt

@@ -24,7 +24,6 @@ from pathlib import Path
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from specbound import arguments
 from specbound.checks import positive_int
