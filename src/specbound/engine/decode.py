@@ -281,8 +281,9 @@ class Decoder:
             verifier = method.tree_verifier
             if record_expected:
                 sequence.stats.expected_lengths.append(float(verifier.expected_accepted(drafted)))
-            uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64)
-            node, token = verifier.verify_tree(drafted, uniforms.numpy())
+            uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64,
+                                  device=sequence.generator.device)
+            node, token = verifier.verify_tree(drafted, uniforms.cpu().numpy())
         path = list(drafted.path_nodes(node))
         for depth, child in enumerate(path):
             sequence.stats.record_position(depth, True, tree.ranks[child])
@@ -323,6 +324,10 @@ class Decoder:
         positive_int("max_new_tokens", max_new_tokens)
         if len(generators) != len(prompts) or not all(isinstance(g, torch.Generator) for g in generators):
             raise ValueError(f"generator: expected one torch.Generator per prompt ({len(prompts)})")
+        device = self.target.device
+        if any(generator.device.type != device.type for generator in generators):
+            raise ValueError(f"generator: the models run on {device.type}; draw from "
+                             f"torch.Generator(device={device.type!r}) so that sampling stays on the device")
         if method.depth > 0 and self.drafter is None:
             raise ValueError(f"method: {method.name} drafts tokens but the decoder has no drafter")
         if streamer is not None and len(prompts) != 1:

@@ -137,8 +137,9 @@ class PromptLookupDrafter:
     (SPEC.md §6) — lossless. Chains only; no match means a step without drafts.
     """
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1):
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, device="cpu"):
         positive_int("min_ngram", min_ngram)
+        self.device = torch.device(device)
         if not min_ngram <= max_ngram:
             raise ValueError(
                 f"min_ngram, max_ngram: need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}"
@@ -171,9 +172,9 @@ class PromptLookupDrafter:
         tree = DraftTree.root_only(context[-1])
         node = 0
         for token in self.propose(context, depth):
-            point_mass = torch.zeros(self.vocab_size, dtype=PROBS_DTYPE)
+            point_mass = torch.zeros(self.vocab_size, dtype=PROBS_DTYPE, device=self.device)
             point_mass[token] = 1.0
-            node = tree.expand(node, point_mass, torch.tensor([token]), "with_replacement")[0]
+            node = tree.expand(node, point_mass, torch.tensor([token], device=self.device), "with_replacement")[0]
         return tree
 
     def commit(self, trees, paths) -> None:

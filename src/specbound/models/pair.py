@@ -63,7 +63,7 @@ class ModelPair:
 
         drafters = {
             "model": lambda: ModelDrafter(CausalLM(self.draft, prefill_model=self.draft_twin), processing),
-            "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size),
+            "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size, device=next(self.target.parameters()).device),
             None: lambda: None,
         }
         if drafter not in drafters:
