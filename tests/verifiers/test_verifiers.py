@@ -391,6 +391,15 @@ def test_rrs_without_replacement_keeps_the_mass_beside_the_two_largest_drafts():
     assert get_verifier("rrs_without_replacement").acceptance_rate(target, draft, 3)[0] == pytest.approx(1.0, abs=1e-12)
 
 
+def test_rrs_without_replacement_acceptance_of_equal_rows_is_one():
+    """p = q: the first draft is accepted for sure. The recursion's scale 1/Σq of a row
+    summing to 1 − 1e-16 made a rejection of ~1e-16 whose residual is empty, and
+    normalising it raised ZeroResidualError."""
+    row = [0.0009870315138376723, 0.6227184063715607, 0.027219710608208474, 0.3304195503237634, 0.0,
+           0.018655301182629716]
+    assert get_verifier("rrs_without_replacement").acceptance_rate(row, row, 2)[0] == pytest.approx(1.0, abs=1e-12)
+
+
 @pytest.mark.parametrize(("target", "draft"), [
     ([0.0, 1.0], [1.0, 1e-310]),
     ([0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1e-310, 1e-310]),
