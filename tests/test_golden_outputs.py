@@ -12,7 +12,11 @@ The intended changes, each a consequence of reading one registry, are listed in
   in ``accept``, ``optimum/spechub`` in ``bounds plot``, ``optimal_spechub`` in the
   acceptance study), and α* rows say their number of drafts;
 - a verifier with its own number of drafts is evaluated at it everywhere, as the study did
-  already: ``accept`` now shows SpecHub at n = 2 (it said "not applicable" for n ≠ 2).
+  already: ``accept`` now shows SpecHub at n = 2 (it said "not applicable" for n ≠ 2);
+- the engine's probability rows are renormalised by a float64 sum (a float32 softmax over
+  151,936 logits sums to 1 only within ~5e-5, which min(1, p/q) would carry as a bias): the
+  studies' exact numbers, computed from those rows, move by at most ``STUDY_TOLERANCE``; the
+  tokens are unchanged.
 """
 
 import json
@@ -23,29 +27,30 @@ import pytest
 from golden.outputs import GOLDEN_FILE, command_outputs, engine_outputs, study_outputs
 
 FLOAT_TOLERANCE = 1e-12
+STUDY_TOLERANCE = 1e-7
 GOLDEN = json.loads(GOLDEN_FILE.read_text())
 
 
-def differences(recorded, produced, path="") -> list[str]:
+def differences(recorded, produced, path="", tolerance=FLOAT_TOLERANCE) -> list[str]:
     """Where ``produced`` differs from ``recorded`` (JSON values), as readable paths."""
     if isinstance(recorded, float) or isinstance(produced, float):
         if isinstance(recorded, (int, float)) and isinstance(produced, (int, float)):
             if math.isnan(recorded) and math.isnan(produced):
                 return []
-            if abs(recorded - produced) <= FLOAT_TOLERANCE:
+            if abs(recorded - produced) <= tolerance:
                 return []
         return [f"{path}: {recorded!r} -> {produced!r}"]
     if isinstance(recorded, dict) and isinstance(produced, dict):
         found = [f"{path}/{key}: missing" for key in recorded.keys() - produced.keys()]
         found += [f"{path}/{key}: new" for key in produced.keys() - recorded.keys()]
         for key in recorded.keys() & produced.keys():
-            found += differences(recorded[key], produced[key], f"{path}/{key}")
+            found += differences(recorded[key], produced[key], f"{path}/{key}", tolerance)
         return found
     if isinstance(recorded, list) and isinstance(produced, list):
         if len(recorded) != len(produced):
             return [f"{path}: length {len(recorded)} -> {len(produced)}"]
         return [line for index, (a, b) in enumerate(zip(recorded, produced))
-                for line in differences(a, b, f"{path}[{index}]")]
+                for line in differences(a, b, f"{path}[{index}]", tolerance)]
     return [] if recorded == produced else [f"{path}: {recorded!r} -> {produced!r}"]
 
 
@@ -80,7 +85,8 @@ def without_intended_changes(name: str, output):
 
 def check(produced: dict) -> None:
     found = [line for name, value in produced.items()
-             for line in differences(without_intended_changes(name, GOLDEN[name]), without_intended_changes(name, value), name)]
+             for line in differences(without_intended_changes(name, GOLDEN[name]), without_intended_changes(name, value),
+                                     name, STUDY_TOLERANCE if name.startswith("study") else FLOAT_TOLERANCE)]
     assert not found, f"{len(found)} differences, e.g.\n" + "\n".join(found[:20])
 
 
