@@ -157,6 +157,8 @@ class Decoder:
                 self.drafter.reset(prompts)
         if streamer is not None:
             streamer.put(torch.tensor(prompts[0]))
+        models = [self.target] + ([self.drafter.lm] if method.depth > 0 and hasattr(self.drafter, "lm") else [])
+        model_seconds_before = sum(lm.model_seconds for lm in models)
         active = list(sequences)
         planner = method if isinstance(method, Planner) else None
         step = 0
@@ -182,12 +184,14 @@ class Decoder:
         if streamer is not None:
             streamer.end()
         wall = time.perf_counter() - started
+        model_seconds = sum(lm.model_seconds for lm in models) - model_seconds_before
         generations = []
         for sequence in sequences:
             stats = sequence.stats
             stats.tokens_generated = len(sequence.new_tokens)
             stats.seconds = dict(batch_stats.seconds)
             stats.wall_seconds = wall
+            stats.model_seconds = model_seconds
             probs = torch.cat(sequence.rows) if record_target_probs and sequence.rows else None
             generations.append(Generation(sequence.new_tokens, sequence.finish_reason, stats, probs))
         return generations

@@ -42,6 +42,7 @@ Written against the transformers 5.x cache API (``engine.cache``).
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
 
 import torch
@@ -68,12 +69,14 @@ class Entries:
 
 class Scores:
     """Next-token logits of the entries of one forward, the output head applied on demand.
-    Entry (row, i) is the row's i-th new entry of that forward."""
+    Entry (row, i) is the row's i-th new entry of that forward. The head's time is added to
+    the model's (``lm.model_seconds``)."""
 
-    def __init__(self, states: torch.Tensor, head, counts: list[int]):
+    def __init__(self, states: torch.Tensor, head, counts: list[int], lm: CausalLM | None = None):
         self._states = states  # [batch, new, hidden] (or [batch, new, logits] with head = identity)
         self._head = head
         self.counts = counts  # new entries per row
+        self._lm = lm
 
     def logits(self, row: int = 0, entries=None) -> torch.Tensor:
         """Logits of ``entries`` of ``row`` (a non-negative index, a list of them or a slice;
@@ -82,21 +85,29 @@ class Scores:
         states = self._states[row, : self.counts[row]] if entries is None else self._states[row, entries]
         if states.ndim == 1:
             states = states[None]
+        return self._apply_head(states)
+
+    def _apply_head(self, states: torch.Tensor) -> torch.Tensor:
+        started = time.perf_counter()
         with torch.no_grad():
-            return self._head(states).float()
+            logits = self._head(states).float()
+        if self._lm is not None:
+            self._lm.model_seconds += time.perf_counter() - started
+        return logits
 
     def logits_of(self, pairs: list[tuple[int, int]]) -> torch.Tensor:
         """Logits of (row, entry) pairs, the head applied once to all of them.  # -> [k, logits]"""
         rows = torch.tensor([row for row, _ in pairs], dtype=torch.long)
         entries = torch.tensor([entry for _, entry in pairs], dtype=torch.long)
-        with torch.no_grad():
-            return self._head(self._states[rows, entries]).float()
+        return self._apply_head(self._states[rows, entries])
 
 
 class CausalLM:
     """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and a batched
     cache (module docstring). ``forward_calls`` counts model forwards since the last
-    ``reset`` (a row's prefill counts as one)."""
+    ``reset`` (a row's prefill counts as one); ``model_seconds`` is the wall time spent
+    inside the model (its forwards and its head) since then — the rest of a step is the
+    engine's own."""
 
     def __init__(
         self,
@@ -148,6 +159,7 @@ class CausalLM:
         self.cache = SpeculativeCache(self._num_layers)
         self.lengths = [0] * self.batch_size  # committed entries per row
         self.forward_calls = 0
+        self.model_seconds = 0.0
         self._pending: list[list[_Pending]] = [[] for _ in range(self.batch_size)]
 
     # -- single-sequence conveniences --------------------------------------------------------
@@ -190,6 +202,7 @@ class CausalLM:
         cache = SpeculativeCache(self._num_layers)
         arguments = {"input_ids": tokens[None].to(_device_of(scorer)), "use_cache": True,
                      _cache_argument(scorer): cache}
+        started = time.perf_counter()
         with torch.no_grad():
             if self._factorized:
                 states = scorer.base_model(**arguments).last_hidden_state[0]  # [n, hidden]
@@ -207,7 +220,9 @@ class CausalLM:
         if last_only:
             states = states[-1:]
         with torch.no_grad():
-            return (self._head(states) if self._factorized else states).float()
+            logits = (self._head(states) if self._factorized else states).float()
+        self.model_seconds += time.perf_counter() - started
+        return logits
 
     def score(self, entries: list[Entries], variant: str | None = None) -> Scores:
         """One forward over every row's new entries (``entries[b]`` for row b; an empty
@@ -249,14 +264,18 @@ class CausalLM:
                     positions[b, :count] = torch.tensor([entry.position for entry in self._pending[b][-count:]])
                 positions[b, count:] = self.lengths[b]  # padding: any valid position
             arguments["position_ids"] = positions.to(self.device)
+        started = time.perf_counter()
         with torch.no_grad():
             if self._factorized:
                 states = model.base_model(**arguments).last_hidden_state
             else:
                 states = model(**arguments).logits
+        if states.device.type == "cuda":
+            torch.cuda.synchronize(states.device)
+        self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
         head = model.get_output_embeddings() if self._factorized else torch.nn.Identity()
-        return Scores(states, head, counts)
+        return Scores(states, head, counts, self)
 
     def commit(self, paths: list[list[int]]) -> None:
         """Keep, per row, the pending entries ``paths[b]`` (a chain starting below the last

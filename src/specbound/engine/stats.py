@@ -36,6 +36,7 @@ class RunStats:
     accepts_by_rank: list[list[int]] = field(default_factory=list)  # [depth][rank]: descents into the rank-th draft
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_seconds: float = 0.0
+    model_seconds: float = 0.0  # inside the target's and the draft's forwards and heads, prefill excluded
 
     @contextmanager
     def timed(self, phase: str):
@@ -76,6 +77,7 @@ class RunStats:
             accepts_by_rank=[_add(*pair) for pair in zip(*_padded(self.accepts_by_rank, other.accepts_by_rank))],
             seconds={phase: self.seconds[phase] + other.seconds[phase] for phase in PHASES},
             wall_seconds=self.wall_seconds + other.wall_seconds,
+            model_seconds=self.model_seconds + other.model_seconds,
         )
 
     @property
@@ -100,6 +102,13 @@ class RunStats:
         """Accepted verifications over all verifications (every depth pooled)."""
         tried = sum(self.attempts_by_position)
         return sum(self.accepts_by_position) / tried if tried else 0.0
+
+    @property
+    def outside_models(self) -> float:
+        """Share of the decoding time (prefill excluded) not spent inside a model: masks,
+        processing, sampling, verification, bookkeeping."""
+        decoding = self.wall_seconds - self.seconds["prefill"]
+        return (decoding - self.model_seconds) / decoding if decoding > 0 else 0.0
 
     @property
     def mean_tree_size(self) -> float:
