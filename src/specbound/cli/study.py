@@ -10,18 +10,25 @@ stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import re
 import sys
 from pathlib import Path
 
 from specbound import arguments
+from specbound.checks import positive_int
 from specbound.cli.output import format_table
 from specbound.datasets import DATASETS, load_prompts
 from specbound.models import DTYPES
 from specbound.models.pair import load_pair
 from specbound.studies import STUDIES
-from specbound.studies.runner import run_study
+from specbound.studies.distributed import RayWorkers
+from specbound.studies.runner import machine_batch_size, run_study
 
 DEFAULT_OUT = Path("specbound-results")
+LOCAL_RAY = "local"  # --ray without an address: ray.init's name for a new Ray instance on this machine
+RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,20 +36,44 @@ def run(args: argparse.Namespace) -> int:
                   "top_k": args.top_k, "top_p": args.top_p}
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
-    pair = load_pair(args.target, args.draft, DTYPES[args.dtype], progress=not args.quiet,
-                     float32_twins=False if args.no_twins else None)
-    for prompts in prompt_sets:
-        dataset = prompts[0].dataset
-        directory = Path(args.out) / study.name / dataset
-        results = run_study(study, pair, prompts, directory, dataset, seed=args.seed, progress=not args.quiet)
-        print(f"{study.name} study, dataset {dataset}: {len(results.runs)} runs, "
-              f"{results.total_seconds / 60:.1f} min; results in {directory}")
-        for title, (headers, rows) in study.summary_tables(results):
-            print(f"\n{title}")
-            print(format_table(headers, rows))
-        print()
+    if args.batch_size is not None:
+        positive_int("--batch-size", args.batch_size)
+    pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype],
+                                  progress=not args.quiet and args.ray is None,
+                                  float32_twins=False if args.no_twins else None)
+    with contextlib.ExitStack() as stack:
+        if args.ray is None:
+            pair = pair_spec()
+            run_one = functools.partial(run_study, study, pair)
+            measure, where = functools.partial(machine_batch_size, pair), "this machine"
+        else:  # each Ray worker loads the pair, once for every dataset
+            workers = stack.enter_context(RayWorkers(pair_spec, address=args.ray))
+            run_one = functools.partial(workers.run_study, study)
+            measure, where = workers.batch_size, "a worker"
+        batch_size = args.batch_size or measure()
+        print(f"batch size {batch_size} ({'--batch-size' if args.batch_size else f'measured on {where}'})",
+              file=sys.stderr)
+        for prompts in prompt_sets:
+            dataset = prompts[0].dataset
+            directory = Path(args.out) / study.name / dataset
+            results = run_one(prompts, directory, dataset, seed=args.seed, batch_size=batch_size,
+                              progress=not args.quiet)
+            print(f"{study.name} study, dataset {dataset}: {len(results.runs)} runs, "
+                  f"{results.total_seconds / 60:.1f} min; results in {directory}")
+            for title, (headers, rows) in study.summary_tables(results):
+                print(f"\n{title}")
+                print(format_table(headers, rows))
+            print()
     print(f"report: specbound report {args.out}", file=sys.stderr)
     return 0
+
+
+def ray_address(text: str) -> str:
+    """A Ray address as ``ray.init`` takes it: local, auto, HOST:PORT or ray://HOST:PORT."""
+    match = RAY_ADDRESS.fullmatch(text)
+    if text in (LOCAL_RAY, "auto") or (match and 0 < int(match[3]) < 2**16):
+        return text
+    raise argparse.ArgumentTypeError(f"expected local, auto, HOST:PORT or ray://HOST:PORT, got {text!r}")
 
 
 def _common(parser) -> None:
@@ -64,6 +95,12 @@ def _common(parser) -> None:
     parser.add_argument("--no-twins", action="store_true",
                         help="no float32 copies of bf16 models for prefill and scoring (saves ~8 GB, slower on CPU)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--batch-size", type=int,
+                        help="units decoded together (default: the size measured to pay on this machine, "
+                        "kept in the cache's costs.json)")
+    parser.add_argument("--ray", nargs="?", const=LOCAL_RAY, type=ray_address, metavar="ADDRESS",
+                        help="decode the units on Ray workers, each loading the pair once: a local Ray instance, "
+                        "or the cluster at ADDRESS (e.g. auto); needs pip install 'specbound[distributed]'")
 
 
 def register(subparsers) -> None:

@@ -11,12 +11,17 @@ once (``records.ResultsStore``), and a killed run's lock is released by the OS.
 With ``batch_size`` B > 1, up to B consecutive units of the same generation settings
 (``Study.batch_key``) decode together (``Study.run_units``): each unit's text, hence its
 records, are exactly those of a one-by-one run; only the wall time is shared.
+
+``StudyWriter`` (the store, the pending units, the progress bar) and ``run_batch`` are the
+two halves of a run, shared with the runs whose batches Ray workers decode
+(``studies.distributed``).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -41,32 +46,66 @@ def run_study(
 ) -> StudyResults:
     """Run every unit not yet in ``directory``; return all results read back from disk."""
     positive_int("batch_size", batch_size)
-    settings = {
-        "study": study.name,
-        "dataset": dataset,
-        "seed": seed,
-        "limit": len(prompts),
-        "models": pair.description,
-        "scoring": f"one {str(SCORING_DTYPE).removeprefix('torch.')} forward per model over each generation, "
-        "float64 rows",
-        **study.settings(),
-    }
-    with ResultsStore(directory, settings) as store:  # the folder is ours until the last unit is written
-        units = study.units(prompts)
-        pending = [unit for unit in units if unit.key not in store.done]
-        with tqdm(
-            total=len(units), initial=len(units) - len(pending), desc=f"{study.name} {dataset}",
-            unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
-        ) as bar:
-            for batch in batches(study, pending, batch_size):
-                started = time.perf_counter()
-                generators = [torch.Generator().manual_seed(unit_seed(seed, unit.key)) for unit in batch]
-                outputs = study.run_units(pair, batch, generators)
-                share = (time.perf_counter() - started) / len(batch)
-                for unit, output in zip(batch, outputs):
-                    store.append_unit(unit.key, output.positions, output.run, {**output.seconds, "total": share})
-                    bar.update(1)
+    with StudyWriter(study, pair.description, prompts, directory, dataset, seed, progress) as writer:
+        for batch in batches(study, writer.pending, batch_size):
+            writer.append(batch, *run_batch(study, pair, batch, seed))
         return read_results(directory)
+
+
+def run_batch(study: Study, pair: ModelPair, batch: list, seed: int) -> tuple[list, float]:
+    """The outputs of one batch of units, each unit with its own generator seeded from the
+    study seed and its key, and the wall time per unit."""
+    started = time.perf_counter()
+    generators = [torch.Generator().manual_seed(unit_seed(seed, unit.key)) for unit in batch]
+    outputs = study.run_units(pair, batch, generators)
+    return outputs, (time.perf_counter() - started) / len(batch)
+
+
+class StudyWriter:
+    """The one writer of a study run, wherever its units are decoded: it holds the results
+    folder (``ResultsStore``, locked until ``close``), knows the units still ``pending``,
+    appends finished ones and shows the progress bar."""
+
+    def __init__(self, study: Study, models: dict, prompts: list[Prompt], directory, dataset: str, seed: int,
+                 progress: bool):
+        settings = {
+            "study": study.name,
+            "dataset": dataset,
+            "seed": seed,
+            "limit": len(prompts),
+            "models": models,
+            "scoring": f"one {str(SCORING_DTYPE).removeprefix('torch.')} forward per model over each generation, "
+            "float64 rows",
+            **study.settings(),
+        }
+        self.store = ResultsStore(directory, settings)  # the folder is ours until the last unit is written
+        try:
+            units = study.units(prompts)
+        except BaseException:
+            self.store.close()
+            raise
+        self.pending = [unit for unit in units if unit.key not in self.store.done]
+        self.bar = tqdm(
+            total=len(units), initial=len(units) - len(self.pending), desc=f"{study.name} {dataset}",
+            unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
+        )
+
+    def __enter__(self) -> StudyWriter:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.bar.close()
+        self.store.close()
+
+    def append(self, batch: list, outputs: list, seconds_per_unit: float) -> None:
+        """Append a finished batch, unit by unit (the store refuses a unit written before)."""
+        for unit, output in zip(batch, outputs):
+            seconds = {**output.seconds, "total": seconds_per_unit}
+            self.store.append_unit(unit.key, output.positions, output.run, seconds)
+            self.bar.update(1)
 
 
 def batches(study: Study, units: list, batch_size: int) -> list[list]:
@@ -89,3 +128,15 @@ def measured_batch_size(target_costs, sizes=BATCH_SIZES) -> int:
     costs linear time (an AVX2-only CPU in bf16) that is 1; where 16 rows cost little more
     than one, 16."""
     return max(size for size in sizes if size == 1 or target_costs(size) <= 0.5 * size * target_costs(1))
+
+
+def machine_batch_size(pair: ModelPair, cache_dir=None) -> int:
+    """``measured_batch_size`` for the pair's target on this machine, from its forward costs
+    (measured once, then kept in ``<cache>/costs.json``: ``engine.costs.CostBook``)."""
+    from specbound.engine.costs import CostBook
+    from specbound.models.gguf import default_cache_dir
+
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    parameter = next(pair.target.parameters())
+    precision = str(parameter.dtype).removeprefix("torch.")
+    return measured_batch_size(CostBook(cache / "costs.json").costs(pair.target, precision, parameter.device))
