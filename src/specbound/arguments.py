@@ -6,17 +6,97 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+
+LARGEST_SEED = 2**63 - 1  # numpy takes any non-negative int; torch.manual_seed 64 bits
+
+
+def integer(minimum: int | None = None, maximum: int | None = None):
+    """An integer in [minimum, maximum] (an end left open when None); '1e3', '2.0' and
+    bools' words are refused."""
+    if minimum is not None and maximum is not None:
+        phrase = f"an integer in [{minimum}, {maximum}]"
+    elif minimum == 1:
+        phrase = "a positive integer"
+    elif minimum == 0:
+        phrase = "a non-negative integer"
+    elif minimum is not None:
+        phrase = f"an integer ≥ {minimum}"
+    else:
+        phrase = "an integer"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {phrase}, got {_shown(text)}") from None
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected {phrase}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+positive_int = integer(1)
+non_negative_int = integer(0)
+seed = integer(0, LARGEST_SEED)
+
+
+def number(low: float = -math.inf, high: float = math.inf, low_open: bool = False):
+    """A finite number in [low, high] ((low, high] with ``low_open``); NaN and ±inf refused."""
+    if high == math.inf:
+        interval = f"{'>' if low_open else '≥'} {low:g}"
+    else:
+        interval = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {_shown(text)}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {_shown(text)}")
+        if value < low or value > high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"expected a number {interval}, got {_shown(text)}")
+        return value
+
+    return parse
+
+
+positive_number = number(0.0, low_open=True)
+
+
+def folder(text: str) -> str:
+    """A folder to write into: created later when missing; a path that names an existing
+    file (or nothing at all) is refused now, before any work."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder, got ''")
+    path = Path(text)
+    blocking = next((parent for parent in (path, *path.parents) if parent.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise argparse.ArgumentTypeError(f"{str(blocking)!r} is a file, not a folder")
+    return text
+
+
+def _shown(text: str) -> str:
+    """``text`` for a message: repr, cut to 40 characters (a message stays one short line)."""
+    return repr(text) if len(text) <= 40 else repr(text[:40]) + f"… ({len(text)} characters)"
 
 
 def comma_list(kind):
-    """'a,b,c' -> [kind(a), kind(b), kind(c)]; blanks are skipped, an empty list refused."""
+    """'a,b,c' -> [kind(a), kind(b), kind(c)]; blanks are skipped, an empty list refused;
+    a bad item is named with ``kind``'s own reason."""
     def parse(text: str) -> list:
-        try:
-            values = [kind(value) for value in text.split(",") if value.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}") from None
+        values = []
+        for item in (value for value in text.split(",") if value.strip()):
+            try:
+                values.append(kind(item))
+            except argparse.ArgumentTypeError as error:
+                raise argparse.ArgumentTypeError(f"{error} (in {_shown(text)})") from None
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {_shown(text)}") from None
         if not values:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {_shown(text)}")
         return values
 
     return parse
@@ -28,7 +108,8 @@ def names(choices):
         chosen = [name.strip() for name in text.split(",") if name.strip()]
         unknown = [name for name in chosen if name not in choices]
         if unknown or not chosen:
-            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or repr(text)}; choose from {', '.join(choices)}")
+            raise argparse.ArgumentTypeError(f"unknown {_shown(', '.join(unknown)) if unknown else _shown(text)}; "
+                                             f"choose from {', '.join(choices)}")
         return chosen
 
     return parse
@@ -41,9 +122,9 @@ def lookahead(text: str) -> int | None:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'inf' or a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected 'inf' or a positive integer, got {_shown(text)}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'inf' or a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected 'inf' or a positive integer, got {_shown(text)}")
     return value
 
 
@@ -52,10 +133,12 @@ def pairs(kind=float):
     def parse(text: str) -> list[tuple]:
         try:
             parsed = [tuple(kind(value) for value in pair.split(":")) for pair in text.split(";")]
+        except argparse.ArgumentTypeError as error:
+            raise argparse.ArgumentTypeError(f"in 'a:b;c:d' pairs {_shown(text)}: {error}") from None
         except ValueError:
             parsed = []
         if not parsed or any(len(pair) != 2 for pair in parsed):
-            raise argparse.ArgumentTypeError(f"expected 'a:b;c:d' pairs, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected 'a:b;c:d' pairs, got {_shown(text)}")
         return parsed
 
     return parse
@@ -66,7 +149,7 @@ def numbers(text: str) -> list[float]:
     try:
         values = [float(value) for value in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {_shown(text)}") from None
     if not all(math.isfinite(value) for value in values):
-        raise argparse.ArgumentTypeError(f"expected finite numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected finite numbers, got {_shown(text)}")
     return values
