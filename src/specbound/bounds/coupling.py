@@ -6,6 +6,13 @@ have the joint law D: the optimum of the LP over couplings π(x̄, y) with margi
 p. For an explicit joint law on a small vocabulary this module solves that LP itself
 (scipy's HiGHS); the solved coupling also drives the optimal verifier
 (``specbound.verifiers.optimal``). Letters: p = target (SPEC.md §0).
+
+Size: K draft tuples over V tokens make K·V variables and K + V − 1 constraints. HiGHS'
+time grows faster than the variables: on this project's 2-core CPU about
+3e-8·(K + V)·K·V s (the upper end over with/without-replacement and greedy joint laws,
+K·V from 8,000 to 343,000; fixture A at n = 7, 65,536 variables: 22 s). ``lp_seconds``
+is that estimate; an LP above ``LP_SECONDS_LIMIT`` (or ``MAX_LP_VARIABLES``) is refused
+with ``checks.WorkLimitError`` before it is built.
 """
 
 from __future__ import annotations
@@ -14,9 +21,17 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
+from specbound.checks import within_limit
 from specbound.probability import as_distributions
 
 MAX_LP_VARIABLES = 1_000_000
+LP_SECONDS_LIMIT = 10.0
+SECONDS_PER_LP_ENTRY = 3e-8  # per (constraint × variable), see the module docstring
+
+
+def lp_seconds(num_tuples: int, vocab_size: int) -> float:
+    """Estimated seconds of ``optimal_coupling`` for K = ``num_tuples`` tuples over V tokens."""
+    return 0.01 + SECONDS_PER_LP_ENTRY * (num_tuples + vocab_size) * num_tuples * vocab_size
 LP_TOLERANCE = 1e-10  # HiGHS primal and dual feasibility tolerance (its tightest setting)
 
 
@@ -50,6 +65,9 @@ def optimal_coupling(target_row, draft_tuples, tuple_probs) -> tuple[np.ndarray,
             f"draft_tuples: the LP would have {num_tuples} x {vocab_size} = "
             f"{num_tuples * vocab_size:,} variables, above the limit {MAX_LP_VARIABLES:,}"
         )
+    within_limit(f"draft_tuples: the coupling LP with {num_tuples:,} × {vocab_size:,} variables",
+                 lp_seconds(num_tuples, vocab_size), LP_SECONDS_LIMIT, "s",
+                 hint="the LP is for small problems (fewer drafts, a smaller vocabulary)")
     probs = probs / probs.sum()
 
     # Variable π(k, y) sits at index k * vocab + y.

@@ -11,6 +11,14 @@ single-draft speculative sampling [LEV].
 
 Counts match ``specbound.chains.theory``: ``rejections`` = rounds that ended with a residual
 token (the paper's N_rej), ``target_calls`` = rounds. Letters: p = target, q = draft.
+
+Work: at most T rounds per run, each drafting up to L = min(γ, T) tokens (at most what is
+left of the horizon) along M drafts from rows of V states, so time grows as runs·M·T·L·V
+and memory as runs·M·(L + V) (the drafts
+and the rows sampled from at one offset). ``simulation_seconds`` and ``simulation_bytes``
+estimate both (measured on this project's 2-core CPU, upper ends of several shapes); a
+simulation beyond ``SIMULATION_SECONDS_LIMIT`` or ``SIMULATION_BYTES_LIMIT`` is refused
+with ``checks.WorkLimitError`` before it starts.
 """
 
 from __future__ import annotations
@@ -21,8 +29,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbound.chains.theory import MarkovChainPair, check_lookahead, check_num_drafts
-from specbound.checks import positive_int
+from specbound.checks import positive_int, within_limit
 from specbound.probability import residual, sample_from
+
+SIMULATION_SECONDS_LIMIT = 30.0
+SIMULATION_BYTES_LIMIT = 2 * 2**30
+SECONDS_PER_DRAFTED_ENTRY = 5e-9  # per run, draft, position, drafted offset and state
+SECONDS_PER_ROUND = 2e-8  # per run, position and draft: the root's recursive rejection
+BYTES_PER_DRAFT_ENTRY = 8 * 4  # int64 drafts, float64 rows and sample_from's temporaries
+
+
+def simulation_seconds(num_runs: int, horizon: int, vocab_size: int, num_drafts: int = 1,
+                       lookahead: int | None = None) -> float:
+    """Estimated seconds of ``simulate_decoding``: a run drafts at most min(L, (T + 1)/2)
+    tokens per position on average (each round drafts at most what is left of the horizon)."""
+    drafted = min(horizon if lookahead is None else lookahead, (horizon + 1) / 2)
+    return num_runs * horizon * num_drafts * (
+        SECONDS_PER_DRAFTED_ENTRY * drafted * (vocab_size + 8) + SECONDS_PER_ROUND * (1 + 8 / num_drafts))
+
+
+def simulation_bytes(num_runs: int, horizon: int, vocab_size: int, num_drafts: int = 1,
+                     lookahead: int | None = None) -> float:
+    """Peak bytes of ``simulate_decoding``: the drafts, the rows of one offset, the tokens."""
+    drafted = horizon if lookahead is None else min(lookahead, horizon)
+    return num_runs * (BYTES_PER_DRAFT_ENTRY * num_drafts * (drafted + vocab_size) + 8 * (horizon + 4 * vocab_size))
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,10 @@ def simulate_decoding(
         raise ValueError("num_drafts: a simulation needs a finite number of drafts")
     check_lookahead(lookahead)
     positive_int("num_runs", num_runs)
+    sizes = (num_runs, chain.horizon, chain.vocab_size, num_drafts, lookahead)
+    name = f"num_runs × num_drafts (runs = {num_runs:,}, M = {num_drafts:,}, T = {chain.horizon:,}, V = {chain.vocab_size:,})"
+    within_limit(name, simulation_seconds(*sizes), SIMULATION_SECONDS_LIMIT, "s", hint="fewer runs or drafts")
+    within_limit(name, simulation_bytes(*sizes), SIMULATION_BYTES_LIMIT, "bytes", hint="fewer runs or drafts")
     horizon = chain.horizon
     tokens = np.empty((num_runs, horizon + 1), dtype=np.int64)  # column t holds x_t
     tokens[:, 0] = sample_from(
@@ -62,7 +96,7 @@ def simulate_decoding(
             break
         target_calls[runs] += 1
         last_emitted, rejected = _decode_round(
-            chain, tokens, runs, next_position[runs], num_drafts, lookahead or horizon, rng
+            chain, tokens, runs, next_position[runs], num_drafts, min(lookahead or horizon, horizon), rng
         )
         next_position[runs] = last_emitted + 1
         rejections[runs] += rejected

@@ -18,6 +18,13 @@ residual token emitted) or at the horizon. Counts reported:
 
 Every emitted token is target-distributed given its prefix, so the output x_{0:T} follows the
 target chain and ``m_t`` (the law of x_t) evolves as m_t = m_{t-1} · P_t.
+
+Work: a chain pair holds 2·T·V² numbers and the exact costs work on a few more arrays of
+that shape, M times over for M drafts (the residual chain Π r_m is M steps) and γ times
+for a lookahead γ. ``chain_bytes`` and ``exact_cost_seconds`` estimate it (measured on
+this project's 2-core CPU: about 1e-8 s per T·V²·M and per T·V²·γ); drawing a chain and
+the exact costs refuse with ``checks.WorkLimitError`` beyond ``CHAIN_BYTES_LIMIT`` and
+``EXACT_SECONDS_LIMIT``.
 """
 
 from __future__ import annotations
@@ -27,9 +34,45 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbound.checks import positive_int
+from specbound.checks import positive_int, within_limit
 from specbound.probability import as_distributions, as_target_and_draft, total_variation
 from specbound.verifiers.rrs import unaccepted_mass
+
+CHAIN_BYTES_LIMIT = 2 * 2**30  # a chain pair and the arrays of its exact costs
+EXACT_SECONDS_LIMIT = 30.0
+ARRAYS_PER_CHAIN = 6  # P, Q, (P − Q)+, Π r_m·p^{M+1}, min(P, Q) and a temporary, each [T, V, V]
+SECONDS_PER_CHAIN_ENTRY = 1e-8  # per T·V² entry and per draft (the residual chain) or lookahead step
+
+
+def chain_bytes(horizon: int, vocab_size: int) -> float:
+    """Bytes of a chain pair of horizon T over V states with the arrays its exact costs use."""
+    return 8.0 * ARRAYS_PER_CHAIN * horizon * vocab_size**2
+
+
+def chain_draw_seconds(horizon: int, vocab_size: int) -> float:
+    """Seconds of ``random_chain_pair``: 2·T·V² Dirichlet coordinates and the row checks."""
+    return 1.2e-7 * horizon * vocab_size**2
+
+
+def exact_cost_seconds(horizon: int, vocab_size: int, num_drafts, lookahead: int | None = None) -> float:
+    """Seconds of ``batch_expected_rejections`` (``lookahead`` None) or of
+    ``lookahead_expected_cost``: T·V² entries, once per draft of the residual chain (once
+    for M = ∞) and once per offset of a finite lookahead (at most T)."""
+    drafts = 1 if num_drafts == math.inf else num_drafts
+    steps = drafts + (0 if lookahead is None else min(lookahead, horizon) + 1)
+    return SECONDS_PER_CHAIN_ENTRY * horizon * vocab_size**2 * (steps + 2)
+
+
+def check_chain_size(horizon: int, vocab_size: int) -> None:
+    """WorkLimitError when a chain pair of this size would not fit in ``CHAIN_BYTES_LIMIT``."""
+    within_limit(f"horizon × vocab_size² (T = {horizon:,}, V = {vocab_size:,})", chain_bytes(horizon, vocab_size),
+                 CHAIN_BYTES_LIMIT, "bytes", hint="a smaller horizon or vocabulary")
+
+
+def _check_exact_cost(chain: MarkovChainPair, num_drafts, lookahead=None) -> None:
+    within_limit(f"num_drafts × horizon × vocab_size² (M = {num_drafts}, T = {chain.horizon:,}, "
+                 f"V = {chain.vocab_size:,})", exact_cost_seconds(chain.horizon, chain.vocab_size, num_drafts, lookahead),
+                 EXACT_SECONDS_LIMIT, "s", hint="fewer drafts (M = ∞ costs one step), a smaller chain")
 
 
 @dataclass(frozen=True)
@@ -95,6 +138,7 @@ def random_chain_pair(
     positive_int("vocab_size", vocab_size)
     if not concentration > 0:
         raise ValueError(f"concentration: must be positive, got {concentration}")
+    check_chain_size(horizon, vocab_size)
     alpha = np.full(vocab_size, float(concentration))
     target = rng.dirichlet(alpha, size=(horizon, vocab_size))
     draft = rng.dirichlet(alpha, size=(horizon, vocab_size))
@@ -111,8 +155,9 @@ class ExpectedCost:
 
     @property
     def acceleration(self) -> float:
-        """[YIN]'s acceleration T / E[N_rej] (ignores the final call when it has no rejection)."""
-        return self.horizon / self.rejections
+        """[YIN]'s acceleration T / E[N_rej] (ignores the final call when it has no rejection);
+        ∞ when no round can end in a rejection (target = draft)."""
+        return self.horizon / self.rejections if self.rejections > 0 else math.inf
 
     @property
     def tokens_per_call(self) -> float:
@@ -146,6 +191,13 @@ def unaccepted_root_mass(target_probs, draft_probs, num_drafts) -> np.ndarray:
 def batch_rejection_probability(target_probs, draft_probs, num_drafts) -> np.ndarray:
     """Π_{m≤M} TV(p^m, q): P(recursive rejection rejects all M i.i.d. drafts).  # -> [batch]"""
     return unaccepted_root_mass(target_probs, draft_probs, num_drafts).sum(axis=-1)
+
+
+def batch_improvement_seconds(vocab_size: int, num_drafts) -> float:
+    """Estimated seconds of one ``batch_improvement`` row: its checks, then M steps of the
+    residual chain over V tokens (one for M = ∞); measured, 2-core CPU."""
+    steps = 1 if num_drafts == math.inf else num_drafts
+    return 1e-4 + 3.5e-8 * vocab_size + steps * (4e-6 + 5e-9 * vocab_size)
 
 
 def batch_improvement(target_probs, draft_probs, num_drafts) -> np.ndarray:
@@ -221,6 +273,7 @@ def batch_expected_rejections(chain: MarkovChainPair, num_drafts) -> ExpectedCos
     E[calls] = E[N_rej] + 1 − P(position T rejected) = E[N_rej] + 1 − Σ F_T.
     """
     check_num_drafts(num_drafts)
+    _check_exact_cost(chain, num_drafts)
     target, draft = chain.target_transitions, chain.draft_transitions
     excess = np.maximum(target - draft, 0.0)  # H_t, [T, V, V]
     unaccepted = unaccepted_mass(target, draft, num_drafts)  # U_t, [T, V, V]
@@ -248,11 +301,13 @@ def lookahead_expected_cost(
     G_t[a, k] = P(x_{t-1} = a, position t is at offset k of its round), k = 0 (root) .. γ
     (bonus) gives E[N_rej] = Σ_t Σ_a (G_t[a,0] Π r_m,t(a) + Σ_{0<k<γ} G_t[a,k] TV_t(a)) and
     E[calls] = Σ_t Σ_a G_t[a, 0]. ``lookahead=None`` (K = ∞) means γ = T: no bonus, and the
-    result equals Thm 1 / Thm 3 (an independent check of the f-recursion).
+    result equals Thm 1 / Thm 3 (an independent check of the f-recursion). A lookahead
+    beyond T is T: no round can draft past the horizon, so offsets above T never fill.
     """
     check_num_drafts(num_drafts)
     check_lookahead(lookahead)
-    lookahead = lookahead or chain.horizon
+    _check_exact_cost(chain, num_drafts, lookahead)
+    lookahead = min(lookahead or chain.horizon, chain.horizon)
     target, draft = chain.target_transitions, chain.draft_transitions
     excess = np.maximum(target - draft, 0.0)  # rejection mass after a root, [T, V, V]
     unaccepted = unaccepted_mass(target, draft, num_drafts)  # at a root, [T, V, V]

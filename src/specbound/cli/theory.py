@@ -25,6 +25,7 @@ from specbound.plots import theory as figures
 from specbound.verifiers.biased import SWEEP_METHODS, sweep_verifier
 
 DEFAULT_OUT = Path("specbound-results") / "theory"
+MAX_CONCENTRATION = 1e6
 
 
 def _setting(args) -> experiments.ChainSetting:
@@ -134,16 +135,18 @@ def run(args) -> int:
 
 def _subcommand(commands, name: str, help_text: str, handler, chain: bool):
     parser = commands.add_parser(name, help=help_text, description=help_text)
-    parser.add_argument("--out", default=str(DEFAULT_OUT),
+    parser.add_argument("--out", type=arguments.folder, default=str(DEFAULT_OUT),
                         help=f"folder for the PNG and JSON (default {DEFAULT_OUT})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     if chain:
-        parser.add_argument("--horizon", type=int, default=50, help="horizon T (default 50)")
-        parser.add_argument("--vocab", type=int, default=7, help="number of states V (default 7)")
-        parser.add_argument("--seed", type=int, default=10,
+        parser.add_argument("--horizon", type=arguments.positive_int, default=50, help="horizon T (default 50)")
+        parser.add_argument("--vocab", type=arguments.integer(2), default=7,
+                            help="number of states V ≥ 2 (default 7; one state never rejects)")
+        parser.add_argument("--seed", type=arguments.seed, default=10,
                             help="seed of the chain, then of the runs (default 10)")
-        parser.add_argument("--concentration", type=float, default=1.0,
-                            help="Dirichlet concentration of every transition row (default 1)")
+        parser.add_argument("--concentration", type=arguments.number(0.0, MAX_CONCENTRATION, low_open=True),
+                            default=1.0, help="Dirichlet concentration of every transition row (default 1; "
+                            f"at most {MAX_CONCENTRATION:g}: beyond, the rows are uniform to rounding and never reject)")
     parser.set_defaults(theory_handler=handler)
     return parser
 
@@ -158,24 +161,27 @@ def register(subparsers) -> None:
 
     convergence = _subcommand(commands, "convergence",
                               "Fig. 1: Monte Carlo N_rej converging to Thm 1", run_convergence, True)
-    convergence.add_argument("--runs", type=int, default=5000, help="Monte Carlo runs (5000)")
-    convergence.add_argument("--lookaheads", type=arguments.comma_list(int), default=[2, 4, 8],
+    convergence.add_argument("--runs", type=arguments.positive_int, default=5000, help="Monte Carlo runs (5000)")
+    convergence.add_argument("--lookaheads", type=arguments.comma_list(arguments.positive_int), default=[2, 4, 8],
                              help="finite lookaheads γ reported separately (default 2,4,8)")
 
     drafts = _subcommand(commands, "drafts", "Fig. 2: E[N_rej] vs number of drafts M (Thm 3)",
                          run_drafts, True)
-    drafts.add_argument("--max-drafts", type=int, default=1000,
+    drafts.add_argument("--max-drafts", type=arguments.positive_int, default=1000,
                         help="largest M on the exact curve (default 1000)")
-    drafts.add_argument("--simulated-drafts", type=arguments.comma_list(int), default=[1, 2, 4, 8, 16, 32],
+    drafts.add_argument("--simulated-drafts", type=arguments.comma_list(arguments.positive_int),
+                        default=[1, 2, 4, 8, 16, 32],
                         help="M values run by Monte Carlo (default 1,2,4,8,16,32)")
-    drafts.add_argument("--runs", type=int, default=1000, help="Monte Carlo runs per M (1000)")
+    drafts.add_argument("--runs", type=arguments.positive_int, default=1000, help="Monte Carlo runs per M (1000)")
 
     improvement = _subcommand(commands, "improvement", "Fig. 3: batch improvement vs M",
                               run_improvement, False)
-    improvement.add_argument("--max-drafts", type=int, default=20, help="largest M (default 20)")
-    improvement.add_argument("--bernoulli", type=arguments.pairs(float), default=[(0.9, 0.5), (0.6, 0.3), (0.3, 0.1)],
+    improvement.add_argument("--max-drafts", type=arguments.positive_int, default=20, help="largest M (default 20)")
+    improvement.add_argument("--bernoulli", type=arguments.pairs(arguments.number(0.0, 1.0)),
+                             default=[(0.9, 0.5), (0.6, 0.3), (0.3, 0.1)],
                              help="draft mean u : target mean v pairs (default 0.9:0.5;0.6:0.3;0.3:0.1)")
-    improvement.add_argument("--uniform", type=arguments.pairs(int), default=[(2, 1), (4, 1), (10, 1), (8, 6)],
+    improvement.add_argument("--uniform", type=arguments.pairs(arguments.positive_int),
+                             default=[(2, 1), (4, 1), (10, 1), (8, 6)],
                              help="vocabulary V : target support V′ pairs (default 2:1;4:1;10:1;8:6)")
 
     pareto = _subcommand(commands, "pareto", "Fig. 4: rejection vs bias; OPT and UNO ε sweeps",
@@ -184,10 +190,10 @@ def register(subparsers) -> None:
                         help="target p, comma-separated (default SPEC.md fixture A)")
     pareto.add_argument("--draft", type=arguments.numbers, default=[0.1, 0.2, 0.3, 0.4],
                         help="draft q, comma-separated (default SPEC.md fixture A)")
-    pareto.add_argument("--epsilons", type=arguments.numbers,
+    pareto.add_argument("--epsilons", type=arguments.comma_list(arguments.number(0.0)),
                         help="ε values (default 21 evenly from 0 to max(q − p))")
     pareto.add_argument("--methods", type=arguments.names(list(SWEEP_METHODS)), default=list(SWEEP_METHODS),
                         help=f"comma-separated: {', '.join(SWEEP_METHODS)}")
-    pareto.add_argument("--random-points", type=int, default=400,
+    pareto.add_argument("--random-points", type=arguments.positive_int, default=400,
                         help="random acceptance vectors drawn for the achievable region (400)")
-    pareto.add_argument("--seed", type=int, default=0, help="seed of the random vectors (0)")
+    pareto.add_argument("--seed", type=arguments.seed, default=0, help="seed of the random vectors (0)")

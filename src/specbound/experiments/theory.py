@@ -6,6 +6,12 @@ Chains are drawn by ``random_chain_pair`` from the seed (rows of P_t, then of Q_
 Dirichlet(concentration·1); uniform prompt law); the Monte Carlo runs continue the same
 generator. N_rej is the paper's count (rounds ending in a rejection); target calls also
 count a last round that reached the horizon without one.
+
+Each experiment first adds up the estimated time and memory of its parts (the chain, the
+exact costs, the Monte Carlo runs, the curves: ``chains.theory`` and ``chains.simulation``
+say what each costs) and refuses with ``checks.WorkLimitError`` — naming the sizes of the
+largest part — when the sum is above ``EXPERIMENT_SECONDS_LIMIT`` or a part needs more than
+``EXPERIMENT_BYTES_LIMIT``; nothing starts that would not finish.
 """
 
 from __future__ import annotations
@@ -17,16 +23,23 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from tqdm import tqdm
 
-from specbound.chains.simulation import simulate_decoding
+from specbound.chains.simulation import simulate_decoding, simulation_bytes, simulation_seconds
 from specbound.chains.theory import (
     MarkovChainPair,
     batch_expected_rejections,
     batch_improvement,
+    batch_improvement_seconds,
     bernoulli_batch_improvement,
+    chain_bytes,
+    chain_draw_seconds,
+    check_lookahead,
+    check_num_drafts,
+    exact_cost_seconds,
     lookahead_expected_cost,
     random_chain_pair,
     uniform_batch_improvement,
 )
+from specbound.checks import positive_int, within_limit
 from specbound.probability import as_target_and_draft, total_variation
 from specbound.statistics import mean_and_standard_error, running_mean_and_standard_error
 from specbound.verifiers.biased import epsilon_sweep, loss_star, rejection_probability
@@ -42,6 +55,35 @@ class Experiment:
 
 CHAIN_LAW = "rows of P_t then Q_t i.i.d. Dirichlet(concentration·1), uniform prompt law"
 CHECKPOINTS = (10, 30, 100, 300, 1000, 3000, 10000)
+EXPERIMENT_SECONDS_LIMIT = 30.0
+EXPERIMENT_BYTES_LIMIT = 2 * 2**30
+BYTES_PER_IMPROVEMENT_ENTRY = 8 * 8  # target, draft, their checked copies, the residual chain
+PARETO_SECONDS_PER_POINT_ENTRY = 1e-7  # Loss*(b) and P(reject) of one random vector, per token
+PARETO_BYTES_PER_POINT_ENTRY = 8 * 6
+PARETO_SECONDS_PER_SWEEP_POINT = 3e-4  # one verifier built and measured, plus 1e-7 s per token
+
+
+def check_work(parts: list[tuple[str, float, float]]) -> None:
+    """Refuse an experiment whose parts (label, seconds, bytes), run one after another,
+    would take longer than ``EXPERIMENT_SECONDS_LIMIT`` in all or need more memory than
+    ``EXPERIMENT_BYTES_LIMIT`` in one; the message names the largest part's sizes."""
+    slowest = max(parts, key=lambda part: part[1])
+    within_limit(slowest[0], sum(part[1] for part in parts), EXPERIMENT_SECONDS_LIMIT, "s",
+                 hint="smaller sizes (the estimate adds up every part of the experiment)")
+    largest = max(parts, key=lambda part: part[2])
+    within_limit(largest[0], largest[2], EXPERIMENT_BYTES_LIMIT, "bytes", hint="smaller sizes")
+
+
+def _chain_part(setting: ChainSetting) -> tuple[str, float, float]:
+    return (f"horizon × vocab_size² (T = {setting.horizon:,}, V = {setting.vocab_size:,})",
+            chain_draw_seconds(setting.horizon, setting.vocab_size), chain_bytes(setting.horizon, setting.vocab_size))
+
+
+def _simulation_part(label: str, setting: ChainSetting, runs: int, num_drafts=1, lookahead=None):
+    sizes = (runs, setting.horizon, setting.vocab_size, num_drafts, lookahead)
+    return (f"{label} (runs = {runs:,}, M = {num_drafts:,}, T = {setting.horizon:,}, V = {setting.vocab_size:,})",
+            simulation_seconds(*sizes) + exact_cost_seconds(setting.horizon, setting.vocab_size, num_drafts, lookahead),
+            simulation_bytes(*sizes))
 
 
 @dataclass(frozen=True)
@@ -66,6 +108,12 @@ def convergence(setting: ChainSetting, runs: int, lookaheads, progress: bool = F
     """Monte Carlo N_rej of single-draft speculative sampling (K = ∞) converging to Thm 1's
     exact value, with the running mean per number of runs; then finite lookaheads γ with a
     bonus token, exact against Monte Carlo, on the same chain."""
+    positive_int("num_runs", runs)
+    for lookahead in lookaheads:
+        check_lookahead(lookahead)
+    check_work([_chain_part(setting), _simulation_part("runs × horizon² × vocab_size", setting, runs)]
+               + [_simulation_part(f"lookaheads γ = {lookahead} × runs × horizon × vocab_size", setting, runs,
+                                   lookahead=lookahead) for lookahead in lookaheads])
     chain, rng = setting.draw()
     exact = batch_expected_rejections(chain, 1)
     run = simulate_decoding(chain, runs, rng)
@@ -97,8 +145,21 @@ def convergence(setting: ChainSetting, runs: int, lookaheads, progress: bool = F
 def drafts(setting: ChainSetting, max_drafts: int, simulated_drafts, runs: int, progress: bool = False) -> Experiment:
     """E[N_rej] of batch speculative decoding against M (Thm 3) on a log grid up to
     ``max_drafts``, its positive M → ∞ limit, and Monte Carlo at ``simulated_drafts``."""
-    chain, rng = setting.draw()
+    positive_int("max_drafts", max_drafts)
+    positive_int("num_runs", runs)
+    for num_drafts in simulated_drafts:
+        check_num_drafts(num_drafts)
+    sizes = (setting.horizon, setting.vocab_size)
+    curve_label = f"max_drafts × horizon × vocab_size² (M ≤ {max_drafts:,}, T = {setting.horizon:,}, V = {setting.vocab_size:,})"
+    check_work([(curve_label, exact_cost_seconds(*sizes, max_drafts), 0.0)])  # its last point alone, first
     curve_drafts = np.unique(np.geomspace(1, max_drafts, 40).round().astype(int)).tolist()
+    check_work(
+        [_chain_part(setting),
+         (curve_label, sum(exact_cost_seconds(*sizes, m) for m in curve_drafts) + exact_cost_seconds(*sizes, math.inf),
+          0.0)]
+        + [_simulation_part("simulated_drafts × runs × horizon² × vocab_size", setting, runs, num_drafts)
+           for num_drafts in simulated_drafts])
+    chain, rng = setting.draw()
     curve = [batch_expected_rejections(chain, m) for m in curve_drafts]
     limit = batch_expected_rejections(chain, math.inf)
     simulated = []
@@ -129,6 +190,18 @@ def improvement(max_drafts: int, bernoulli, uniform) -> Experiment:
     """Single-token batch improvement BI(M) = TV − Π_m TV(p^m, q) for M = 1..max_drafts:
     the Bernoulli (draft mean u : target mean v) and uniform (V : V′) closed forms of
     [YIN] §3.2 against the general formula."""
+    positive_int("max_drafts", max_drafts)
+    for vocab_size, support in uniform:
+        if not 1 <= support <= vocab_size:
+            raise ValueError(f"--uniform: need 1 ≤ V′ ≤ V, got V = {vocab_size}, V′ = {support}")
+    curves = [("bernoulli", 2)] * len(bernoulli) + [(f"uniform V = {vocab_size:,}", vocab_size) for vocab_size, _ in uniform]
+    # Σ_{m ≤ M} of one row's cost at m drafts, in closed form: M·(fixed) + M(M+1)/2·(per step)
+    check_work([(f"max_drafts² × V ({label}, M = {max_drafts:,})",
+                 max_drafts * batch_improvement_seconds(vocab_size, 0)
+                 + max_drafts * (max_drafts + 1) / 2 * (batch_improvement_seconds(vocab_size, 1)
+                                                        - batch_improvement_seconds(vocab_size, 0))
+                 + batch_improvement_seconds(vocab_size, math.inf),
+                 BYTES_PER_IMPROVEMENT_ENTRY * vocab_size) for label, vocab_size in curves])
     drafts = list(range(1, max_drafts + 1))
     bernoulli_curves, uniform_curves = {}, {}
     for draft_mean, target_mean in bernoulli:
@@ -137,8 +210,6 @@ def improvement(max_drafts: int, bernoulli, uniform) -> Experiment:
             lambda m: bernoulli_batch_improvement(draft_mean, target_mean, m), drafts,
         )
     for vocab_size, support in uniform:
-        if not 1 <= support <= vocab_size:
-            raise ValueError(f"--uniform: need 1 ≤ V′ ≤ V, got V = {vocab_size}, V′ = {support}")
         uniform_curves[f"V = {vocab_size}, V′ = {support} (r = {vocab_size / support:.3g})"] = _improvement_curve(
             np.r_[np.full(support, 1 / support), np.zeros(vocab_size - support)],
             np.full(vocab_size, 1 / vocab_size),
@@ -154,6 +225,15 @@ def pareto(target_probs, draft_probs, epsilons, methods, random_points: int, see
     per method (``verifiers.biased.SWEEP_METHODS``); ε defaults to 21 values from 0 to
     max(q − p)."""
     target, draft = as_target_and_draft(target_probs, draft_probs)
+    positive_int("random_points", random_points)
+    vocab_size = target.shape[1]
+    sweep_points = (len(epsilons) if epsilons else 21) * len(methods)
+    check_work([
+        (f"random_points × vocabulary ({random_points:,} × {vocab_size:,})",
+         PARETO_SECONDS_PER_POINT_ENTRY * random_points * vocab_size, PARETO_BYTES_PER_POINT_ENTRY * random_points * vocab_size),
+        (f"epsilons × methods × vocabulary ({sweep_points:,} sweep points × {vocab_size:,})",
+         sweep_points * (PARETO_SECONDS_PER_SWEEP_POINT + 1e-7 * vocab_size), PARETO_BYTES_PER_POINT_ENTRY * vocab_size),
+    ])
     tv = float(total_variation(target, draft)[0])
     epsilons = epsilons or np.linspace(0, max(float(np.max(draft - target)), 1e-3), 21).tolist()
     acceptances = np.random.default_rng(seed).random((random_points, target.shape[1]))

@@ -54,7 +54,11 @@ class Optimal(Verifier):
     def _output_law(self, target, draft, tokens):
         laws = []
         for (index, conditional, _), draft_tuple in zip(self._rows(target, draft, tokens.shape[1]), tokens):
-            laws.append(conditional[index[tuple(draft_tuple.tolist())]])
+            key = tuple(draft_tuple.tolist())
+            if key not in index:
+                raise ValueError(f"draft_tokens: the {self.scheme} draft scheme never draws the tuple {key} "
+                                 "from this draft row (probability 0)")
+            laws.append(conditional[index[key]])
         return np.array(laws)
 
     def _verify(self, target, draft, tokens, uniforms):

@@ -23,16 +23,36 @@ groups both by draft probability, costing O(V log V + D1·D2) for D1, D2 distinc
 values (a few thousand for a bf16 model's softmax: exact and fast), and brackets the
 sum within a tolerance when there are too many distinct values. n ≥ 4 uses the plain
 recursion, for small vocabularies.
+
+Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
+``recursion_seconds`` estimate a call): a bracket pass over G groups of x1, B bins of x2
+and V tokens costs about 9e-8·G·B + 4e-8·G·V/256 s and holds 128·min(G, 256)·B bytes.
+Refinement stops where the next pass would take the n = 3 computation past
+``BRACKET_SECONDS_LIMIT`` or a pass past ``BRACKET_BYTES_LIMIT``; the acceptance is then the
+midpoint of the certified bracket reached, and a ``BracketWarning`` gives the bracket
+(float64 rows with ~10⁵ distinct values: within ~1e-8 at V = 200,000). The n ≥ 4
+recursion (about 1e-4·(V + 1) s per level call), with no bracket to fall back on, is
+refused (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
 """
 
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
+from specbound.checks import WorkLimitError, within_limit
 from specbound.probability import mass_of_the_others, top_tokens, zeroed
 
 DEFAULT_TOLERANCE = 1e-10
-MAX_RECURSION_BRANCHES = 200_000
+RECURSION_SECONDS_LIMIT = 20.0
+SECONDS_PER_LEVEL_TOKEN = 1e-4  # one level of the recursion, per token of the vocabulary
+BRACKET_SECONDS_LIMIT = 20.0
+BRACKET_BYTES_LIMIT = 2**30
+SECONDS_PER_GROUP_BIN = 9e-8
+SECONDS_PER_CHUNK_TOKEN = 4e-8
+BYTES_PER_GROUP_BIN = 128  # the [groups, bins] arrays of one chunk of _bracket
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 FIRST_BIN_COUNT = 4096
 GROUP_CHUNK = 256
@@ -85,8 +105,50 @@ def rrs_without_replacement_acceptance(
         return _split_at_first_draft(target_row, draft_row, num_drafts, tolerance)
     if num_drafts == 3:
         low, high = three_draft_bounds(target_row, draft_row, tolerance)
+        if high - low > 2 * tolerance:
+            warnings.warn(BracketWarning(low, high), stacklevel=2)
         return 0.5 * (low + high)
     return _recursive_acceptance(target_row, draft_row, num_drafts)
+
+
+class BracketWarning(UserWarning):
+    """An n = 3 acceptance returned as the midpoint of a certified bracket wider than the
+    tolerance: refining it further was beyond ``BRACKET_SECONDS_LIMIT``."""
+
+    def __init__(self, low: float, high: float):
+        self.low, self.high = low, high
+        super().__init__(
+            f"the exact value needs more than the work limit of {BRACKET_SECONDS_LIMIT:g} s here; the "
+            f"midpoint of the certified bracket [{low:.12f}, {high:.12f}] (width {high - low:.2g})")
+
+
+def three_draft_seconds(target_row, draft_row) -> float:
+    """Estimated seconds of the n = 3 acceptance of one row: its bracket passes, at most
+    ``BRACKET_SECONDS_LIMIT`` (where refinement stops)."""
+    groups = len(np.unique(draft_row[draft_row > target_row]))
+    distinct = len(np.unique(draft_row[draft_row > 0]))
+    passes = bracket_seconds(groups, len(draft_row), min(FIRST_BIN_COUNT, distinct))
+    if distinct > FIRST_BIN_COUNT:
+        passes += bracket_seconds(groups, len(draft_row), distinct)
+    return min(BRACKET_SECONDS_LIMIT, passes)
+
+
+def bracket_seconds(groups: int, tokens: int, bins: int) -> float:
+    """Estimated seconds of one ``_bracket`` pass (module docstring)."""
+    return SECONDS_PER_GROUP_BIN * groups * bins + SECONDS_PER_CHUNK_TOKEN * groups * tokens / GROUP_CHUNK
+
+
+def recursion_seconds(rejectable: int, vocab_size: int, num_drafts: int) -> float:
+    """Estimated seconds of ``_recursive_acceptance``: one level call per node of the tree
+    of rejected tokens above the last two levels, Σ_{k ≤ n−3} rejectable^k calls."""
+    levels = num_drafts - 2
+    if rejectable <= 1:
+        calls = float(levels)
+    elif levels * math.log(rejectable) > 700:  # beyond every limit, and beyond float range
+        return math.inf
+    else:
+        calls = (float(rejectable) ** levels - 1) / (rejectable - 1)
+    return calls * SECONDS_PER_LEVEL_TOKEN * (1 + vocab_size)
 
 
 def _rest_off_the_largest(draft_row, count) -> float:
@@ -123,12 +185,11 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
     """Plain recursion over rejected tokens, the last level through the curve:
     O(V^(n−2)·V log V)."""
     rejectable = np.count_nonzero(draft_row > target_row)
-    if num_drafts >= 4 and rejectable ** (num_drafts - 2) > MAX_RECURSION_BRANCHES:
-        raise ValueError(
-            f"num_drafts: exact RRS-without-replacement acceptance for n = {num_drafts} needs "
-            f"about {rejectable}^{num_drafts - 2} branches here (limit "
-            f"{MAX_RECURSION_BRANCHES:,}); it is fast for n ≤ 3 at any vocabulary size"
-        )
+    if num_drafts >= 4:
+        within_limit(f"num_drafts: exact RRS-without-replacement acceptance for n = {num_drafts} "
+                     f"({rejectable:,} rejectable tokens, V = {len(draft_row):,})",
+                     recursion_seconds(rejectable, len(draft_row), num_drafts), RECURSION_SECONDS_LIMIT, "s",
+                     hint="the recursion grows as V^(n−2); n ≤ 3 is fast at any vocabulary size")
 
     def level(current, removed, remaining):
         kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
@@ -189,15 +250,35 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
         ratio = residual[positive] / values
     distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
-    bins = min(FIRST_BIN_COUNT, len(distinct))
+    spent = 0.0
+    bins = min(FIRST_BIN_COUNT, len(distinct), _affordable_bins(len(removed), len(values), spent))
+    if bins < 1:
+        raise WorkLimitError(
+            f"num_drafts: RRS-without-replacement acceptance for n = 3 needs about "
+            f"{bracket_seconds(len(removed), len(values), 1):,.3g} s even for its coarsest bracket "
+            f"({len(removed):,} draft values above the target, V = {len(values):,}), above the limit of "
+            f"{BRACKET_SECONDS_LIMIT:g} s")
     while True:
         edges = distinct[np.unique(np.linspace(0, len(distinct), bins + 1).astype(int)[:-1])]
         low, high = _bracket(values, ratio, residual[positive], edges, removed, scale, accept_second, rest, curve,
                              group_weight, one_minus)
         low, high = 1.0 - total_variation + low, 1.0 - total_variation + high
+        spent += bracket_seconds(len(removed), len(values), bins)
         if high - low <= 2 * tolerance or bins == len(distinct):
             return low, high
-        bins = min(8 * bins, len(distinct))
+        finer = min(8 * bins, len(distinct), _affordable_bins(len(removed), len(values), spent))
+        if finer <= bins:  # refining is beyond the work limit: the certified bracket reached
+            return low, high
+        bins = finer
+
+
+def _affordable_bins(groups: int, tokens: int, spent: float) -> int:
+    """The most bins a ``_bracket`` pass can have within what is left of
+    ``BRACKET_SECONDS_LIMIT`` after ``spent`` seconds, and within ``BRACKET_BYTES_LIMIT``."""
+    seconds_left = BRACKET_SECONDS_LIMIT - spent - bracket_seconds(groups, tokens, 0)
+    by_time = seconds_left / (SECONDS_PER_GROUP_BIN * groups)
+    by_memory = BRACKET_BYTES_LIMIT / (BYTES_PER_GROUP_BIN * min(groups, GROUP_CHUNK))
+    return int(max(0.0, min(by_time, by_memory)))
 
 
 def _complement(draft_row):
