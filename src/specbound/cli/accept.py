@@ -1,10 +1,14 @@
 """``specbound accept``: exact acceptance of every verifier and the optimum, for one
-(target, draft) pair given on the command line or in a JSON file."""
+(target, draft) pair given on the command line or in a JSON file, or for every row of a
+batch in a JSON file (JSON: one entry per row under "rows"; a table per row)."""
 
 from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
+from specbound import arguments
 from specbound.cli.inputs import add_pair_arguments, distribution_pair
 from specbound.cli.output import format_table, print_json
 from specbound.experiments.bounds import acceptance_table
@@ -12,17 +16,25 @@ from specbound.experiments.bounds import acceptance_table
 
 def run(args: argparse.Namespace) -> int:
     target, draft = distribution_pair(args.target, args.draft)
-    records = acceptance_table(target, draft, args.num_drafts)
+    tables = acceptance_table(target, draft, args.num_drafts)
     if args.json:
-        print_json({"num_drafts": args.num_drafts, "target": target.tolist(), "draft": draft.tolist(), "methods": records})
+        targets, drafts = np.broadcast_arrays(np.atleast_2d(target), np.atleast_2d(draft))  # a row against a batch
+        rows = [{"target": t.tolist(), "draft": d.tolist(), "methods": records}
+                for t, d, records in zip(targets, drafts, tables)]
+        print_json({"num_drafts": args.num_drafts, **rows[0]} if target.ndim == draft.ndim == 1
+                   else {"num_drafts": args.num_drafts, "rows": rows})
         return 0
     print(f"exact acceptance P(output ∈ drafts), n = {args.num_drafts} drafts "
           "(a verifier with its own count — single draft, SpecHub — at that count)")
-    rows = [[r["method"], r["scheme"], r["num_drafts"], r["acceptance"], r["gap"]] for r in records]
-    print(format_table(["method", "draft scheme", "n", "acceptance", "gap to α*"], rows))
-    for record in records:
-        if record["note"]:
-            print(f"{record['method']}: not applicable — {record['note']}")
+    for row, records in enumerate(tables):
+        if len(tables) > 1:
+            print(f"\nrow {row}")
+        rows = [[r["method"], r["scheme"], r["num_drafts"], r["acceptance"], r["gap"]] for r in records]
+        print(format_table(["method", "draft scheme", "n", "acceptance", "gap to α*"], rows))
+        for record in records:
+            if record["note"]:
+                reason = "not applicable — " if record["acceptance"] is None else ""
+                print(f"{record['method']}: {reason}{record['note']}")
     return 0
 
 
@@ -31,9 +43,11 @@ def register(subparsers) -> None:
         "accept",
         help="exact acceptance of every verifier and the optimal acceptance α*",
         description="Print, for a target p and a draft q, every lossless verifier's exact "
-        "acceptance rate and the optimal multi-draft acceptance α* of each draft scheme.",
+        "acceptance rate and the optimal multi-draft acceptance α* of each draft scheme; "
+        "a JSON file of several rows gets every row's numbers.",
     )
     add_pair_arguments(parser)
-    parser.add_argument("-n", "--num-drafts", type=int, default=2, help="number of drafts n (default 2)")
+    parser.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,
+                        help="number of drafts n (default 2)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run)

@@ -1,5 +1,6 @@
 """Inputs shared by several commands: a (target, draft) pair from the command line or a
-JSON file."""
+JSON file; the size of the drafts a decoding method asks for, checked before any model
+loads."""
 
 from __future__ import annotations
 
@@ -8,27 +9,60 @@ from pathlib import Path
 
 import numpy as np
 
+from specbound.checks import within_limit
+
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
+MAX_DRAFTED_PER_CALL = 4096  # tokens one target call verifies, each with a vocabulary row (0.6 MB at 151,936)
 
 
 def parse_distribution(text: str, name: str) -> np.ndarray:
-    """Comma-separated probabilities, or a path to a JSON list / {"target", "draft"} object."""
+    """Comma-separated probabilities (one row), or a path to a JSON file holding a list of
+    probabilities, a list of such rows (a batch), or a {"target", "draft"} object of them.
+    # -> [vocab] or [batch, vocab]"""
     path = Path(text)
-    if path.suffix == ".json" or path.is_file():
+    if path.suffix == ".json" or _is_file(path):
         try:
-            payload = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise ValueError(f"{name}: cannot read JSON file {text!r}: {error}") from None
+        source = f"JSON file {text!r}"
         if isinstance(payload, dict):
             key = "target" if name == "target_probs" else "draft"
             if key not in payload:
                 raise ValueError(f"{name}: JSON object in {text!r} has no {key!r} list")
-            payload = payload[key]
-        return np.asarray(payload, dtype=np.float64)
+            payload, source = payload[key], f"{source}, key {key!r},"
+        return _probability_rows(payload, name, source)
     try:
         return np.array([float(value) for value in text.split(",")])
     except ValueError:
-        raise ValueError(f"{name}: expected comma-separated numbers or a JSON file, got {text!r}") from None
+        shown = text if len(text) <= 40 else f"{text[:40]}… ({len(text)} characters)"
+        raise ValueError(f"{name}: expected comma-separated numbers or a JSON file, got {shown!r}") from None
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for a path (a long list of numbers), a NUL byte
+        return False
+
+
+def _probability_rows(payload, name: str, source: str) -> np.ndarray:
+    """A JSON list of numbers, or a non-empty list of equally long lists of numbers, as
+    float64; anything else is refused naming ``source``."""
+    def numbers(values) -> bool:
+        return isinstance(values, list) and bool(values) and all(
+            isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
+
+    if not (numbers(payload) or (isinstance(payload, list) and payload and all(numbers(row) for row in payload))):
+        raise ValueError(f"{name}: {source} must hold a list of probabilities or a list of such rows, "
+                         f"got {type(payload).__name__} {json.dumps(payload)[:40]}")
+    if isinstance(payload[0], list) and len({len(row) for row in payload}) > 1:
+        raise ValueError(f"{name}: the rows in {source} differ in length "
+                         f"({', '.join(map(str, sorted({len(row) for row in payload})))})")
+    try:
+        return np.array(payload, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name}: {source} holds a number too large for a float") from None
 
 
 def distribution_pair(target: str | None, draft: str | None, default=None) -> tuple[np.ndarray, np.ndarray]:
@@ -46,3 +80,25 @@ def add_pair_arguments(parser, default_help: str = "") -> None:
     parser.add_argument("--target", help="target probabilities p: '0.4,0.3,0.2,0.1' or a JSON file "
                         f'(a list, or {{"target": [...], "draft": [...]}}){default_help}')
     parser.add_argument("--draft", help="draft probabilities q (same forms); defaults to the JSON file of --target")
+
+
+def check_drafts(method: str, num_drafts: int | None = None, depth: int | None = None,
+                 gamma: int | None = None) -> None:
+    """Refuse (``checks.WorkLimitError``) a decoding method whose one target call would verify
+    more than ``MAX_DRAFTED_PER_CALL`` drafted tokens: a tree's Σ_{k ≤ depth} n^k, or n
+    chains of γ (options the method does not take are None)."""
+    width = num_drafts or 1
+    if depth is not None:
+        drafted, level = 0, 1
+        for _ in range(depth if width > 1 else 0):
+            level *= width
+            drafted += level
+            if drafted > MAX_DRAFTED_PER_CALL:  # counted no further: the answer is no
+                break
+        drafted = drafted or depth
+    else:
+        drafted = width * (gamma or 1)
+    sizes = {"num_drafts": num_drafts, "depth": depth, "gamma": gamma}
+    shown = ", ".join(f"{name} = {value:,}" for name, value in sizes.items() if value is not None)
+    within_limit(f"{method} ({shown})", drafted, MAX_DRAFTED_PER_CALL, "drafted tokens",
+                 hint="a smaller tree or lookahead (each drafted token is verified with a vocabulary row)")
