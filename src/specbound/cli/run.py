@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from specbound import arguments
+from specbound.cli.inputs import check_drafts
 from specbound.cli.output import format_table
 from specbound.datasets import load_prompts
 from specbound.engine import METHODS, Processing, RunStats, build_method
@@ -68,10 +71,18 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     methods = {}
-    for name in [name.strip() for name in args.methods.split(",") if name.strip()]:
-        method = build_method(name, **options_for(name, args))
+    names = [name.strip() for name in args.methods.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
+    for name in names:
+        options = options_for(name, args)
+        check_drafts(name, **{key: value for key, value in options.items() if key in ("num_drafts", "depth", "gamma")})
+        method = build_method(name, **options)
         methods[method.name] = method
-    prompts = load_prompts(args.prompts, limit=args.limit)
+    try:
+        prompts = load_prompts(args.prompts, limit=args.limit)
+    except ValueError as error:
+        raise ValueError(f"prompts: {error}") from None
     if not prompts:
         raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
     if not 0 <= args.show < len(prompts):
@@ -148,22 +159,25 @@ def register(subparsers) -> None:
     data.add_argument("--prompts", default="instructions",
                       help="built-in set (instructions, summarize, translate_de_en, humaneval) "
                       "or a .jsonl/.txt file")
-    data.add_argument("--limit", type=int, default=4, help="number of prompts (default 4)")
-    data.add_argument("--show", type=int, default=0, help="print the texts of this prompt")
+    data.add_argument("--limit", type=arguments.positive_int, default=4, help="number of prompts (default 4)")
+    data.add_argument("--show", type=arguments.non_negative_int, default=0, help="print the texts of this prompt")
     decoding = parser.add_argument_group("decoding")
     decoding.add_argument("--methods", default=DEFAULT_METHODS,
                           help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS})")
     decoding.add_argument("--verifier", default=None,
                           help="multi-draft verifier of the tree method (default rrs_without_replacement)")
-    decoding.add_argument("-n", "--num-drafts", type=int, default=2, help="drafts per node (tree, batch)")
-    decoding.add_argument("--depth", type=int, default=2, help="tree depth")
-    decoding.add_argument("--gamma", type=int, default=3, help="lookahead of chain, batch, decoding_*")
-    decoding.add_argument("--epsilon", type=float, default=None, help="ε of decoding_opt/uno (default 0.1)")
-    decoding.add_argument("--temperature", type=float, default=0.7)
-    decoding.add_argument("--top-k", type=int, default=None)
-    decoding.add_argument("--top-p", type=float, default=None)
-    decoding.add_argument("--seed", type=int, default=0)
-    decoding.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--output-dir", default="specbound-run", help="where results go")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    decoding.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,
+                          help="drafts per node (tree, batch)")
+    decoding.add_argument("--depth", type=arguments.positive_int, default=2, help="tree depth")
+    decoding.add_argument("--gamma", type=arguments.positive_int, default=3, help="lookahead of chain, batch, decoding_*")
+    decoding.add_argument("--epsilon", type=arguments.number(0.0), default=None,
+                          help="ε of decoding_opt/uno (default 0.1)")
+    decoding.add_argument("--temperature", type=arguments.number(0.0), default=0.7)
+    decoding.add_argument("--top-k", type=arguments.positive_int, default=None)
+    decoding.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True), default=None)
+    decoding.add_argument("--seed", type=arguments.seed, default=0)
+    decoding.add_argument("--max-new-tokens", type=arguments.positive_int, default=64)
+    parser.add_argument("--output-dir", type=arguments.folder, default="specbound-run", help="where results go")
+    parser.add_argument("--threads", type=arguments.integer(1, os.cpu_count() or 1), default=None,
+                        help="torch CPU threads (at most the CPU count)")
     parser.set_defaults(handler=run)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.checks import positive_int
+from specbound.cli.inputs import check_drafts
 from specbound.cli.output import format_table
 from specbound.datasets import DATASETS, load_prompts
 from specbound.models import DTYPES
@@ -34,6 +35,8 @@ RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 def run(args: argparse.Namespace) -> int:
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                   "top_k": args.top_k, "top_p": args.top_p}
+    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
+        check_drafts("chain", gamma=args.gamma)
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
     if args.batch_size is not None:
@@ -80,14 +83,17 @@ def _common(parser) -> None:
     parser.add_argument("--dataset", type=arguments.comma_list(str), default=["humaneval"],
                         help=f"prompt sets, comma-separated: {', '.join(DATASETS)} or a JSONL/text file "
                         "(default humaneval)")
-    parser.add_argument("--temperature", type=arguments.comma_list(float), default=[0.7],
+    parser.add_argument("--temperature", type=arguments.comma_list(arguments.number(0.0)), default=[0.7],
                         help="temperatures, comma-separated (default 0.7; ablation: 0.1,0.4,0.7,1.0)")
-    parser.add_argument("--limit", type=int, help="only the first LIMIT prompts of each set")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generation (default 128)")
-    parser.add_argument("--top-k", type=int, help="top-k, applied to target and draft alike")
-    parser.add_argument("--top-p", type=float, help="top-p, applied to target and draft alike")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every unit's generator (default 0)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT), help=f"results folder (default {DEFAULT_OUT})")
+    parser.add_argument("--limit", type=arguments.positive_int, help="only the first LIMIT prompts of each set")
+    parser.add_argument("--max-new-tokens", type=arguments.positive_int, default=128,
+                        help="tokens per generation (default 128)")
+    parser.add_argument("--top-k", type=arguments.positive_int, help="top-k, applied to target and draft alike")
+    parser.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True),
+                        help="top-p, applied to target and draft alike")
+    parser.add_argument("--seed", type=arguments.seed, default=0, help="seed of every unit's generator (default 0)")
+    parser.add_argument("--out", type=arguments.folder, default=str(DEFAULT_OUT),
+                        help=f"results folder (default {DEFAULT_OUT})")
     parser.add_argument("--target", default="default-target",
                         help="target model: embedded name, .gguf file or HF folder (default default-target)")
     parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
