@@ -71,3 +71,24 @@ def test_prompt_lookup_drafter_needs_no_draft_model(tiny_dirs, tmp_path):
 def test_bad_options_are_reported(tiny_dirs, tmp_path, capsys):
     assert run_command(tiny_dirs, tmp_path, "--methods", "beam") == 2
     assert "method" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["--methods", "chain", "--gamma", "1000000000"], "chain (gamma = 1,000,000,000)"),
+        (["--methods", "tree", "-n", "2", "--depth", "30"], "tree (num_drafts = 2, depth = 30)"),
+        (["--methods", "batch", "-n", "100000", "--gamma", "3"], "batch (num_drafts = 100,000, gamma = 3)"),
+        (["--methods", ","], "methods"),
+    ],
+)
+def test_drafts_no_target_call_could_verify_are_refused_before_a_model_loads(arguments, named, tmp_path,
+                                                                            monkeypatch, capsys):
+    """γ = 10⁹ used to build a 10⁹-long tuple of verifiers (and a 2³⁰-node tree hangs in
+    decoding); nothing may load a model before the options are known to be good."""
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("specbound.models.loading.load_model", no_model)
+    assert main(["run", "--output-dir", str(tmp_path), *arguments]) == 2
+    assert named in capsys.readouterr().err

@@ -88,11 +88,28 @@ def test_pareto_sweeps_put_opt_on_the_front(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("arguments", "option"),
+    [
+        (["convergence", "--horizon", "0"], "--horizon"),
+        (["convergence", "--horizon", "5", "--runs", "0"], "--runs"),
+        (["convergence", "--vocab", "1"], "--vocab"),
+        (["drafts", "--horizon", "5", "--simulated-drafts", "0"], "--simulated-drafts"),
+        (["improvement", "--max-drafts", "0"], "--max-drafts"),
+        (["improvement", "--bernoulli", "0.5:nan"], "--bernoulli"),
+        (["pareto", "--random-points", "-1"], "--random-points"),
+        (["pareto", "--seed", "-1"], "--seed"),
+    ],
+)
+def test_bad_values_are_refused_by_the_parser_naming_the_option(arguments, option, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_theory(*arguments, "--out", str(tmp_path))
+    assert exit_info.value.code == 2
+    assert f"argument {option}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["convergence", "--horizon", "0"], "horizon"),
-        (["convergence", "--horizon", "5", "--runs", "0"], "num_runs"),
-        (["drafts", "--horizon", "5", "--simulated-drafts", "0"], "num_drafts"),
         (["pareto", "--target", "0.5,0.6", "--draft", "0.5,0.5"], "target_probs"),
         (["pareto", "--target", "0.5,0.5", "--draft", "0.2,0.3,0.5"], "draft_probs"),
         (["improvement", "--uniform", "3:4"], "uniform"),
@@ -108,3 +125,42 @@ def test_an_unknown_sweep_method_is_refused_naming_the_option(tmp_path, capsys):
         run_theory("pareto", "--methods", "decoding_best", "--out", str(tmp_path))
     assert exit_info.value.code == 2
     assert "--methods" in capsys.readouterr().err
+
+
+def test_a_lookahead_beyond_the_horizon_is_the_horizon(tmp_path, capsys):
+    """γ = 10⁹ at T = 5 used to allocate a [V, γ + 1] array (52 GiB); no round drafts past
+    the horizon, so it is γ = T, exactly."""
+    small = ["--horizon", "5", "--vocab", "3", "--runs", "50"]
+    assert run_theory("convergence", *small, "--lookaheads", "1000000000,5", "--out", str(tmp_path), "--json") == 0
+    beyond, at = json.loads(capsys.readouterr().out)["finite_lookahead"]
+    assert beyond["lookahead"] == 10**9
+    for key in ("exact_rejections", "exact_target_calls", "tokens_per_call"):
+        assert beyond[key] == at[key]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (["drafts", "--max-drafts", "1000000000"], "max_drafts"),
+        (["drafts", "--max-drafts", str(10**20)], "max_drafts"),
+        (["drafts", "--simulated-drafts", "100000"], "simulated_drafts"),
+        (["convergence", "--runs", "1000000000"], "runs"),
+        (["convergence", "--vocab", "100000"], "vocab_size"),
+        (["improvement", "--max-drafts", "100000"], "max_drafts"),
+        (["improvement", "--uniform", "100000000:1"], "uniform V = 100,000,000"),
+        (["pareto", "--random-points", "100000000"], "random_points"),
+    ],
+)
+def test_work_beyond_the_limits_is_refused_before_it_starts(arguments, named, tmp_path, capsys):
+    """Each of these used to run for minutes or hours, or to run out of memory."""
+    assert cli.main(["theory", *arguments, "--out", str(tmp_path)]) == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert named in message and "this needs about" in message and "above the limit of" in message
+
+
+def test_a_concentration_that_makes_the_chains_equal_is_refused(tmp_path, capsys):
+    """At 1e300 every row is uniform to rounding, E[N_rej] = 0 and the figure divided by it."""
+    with pytest.raises(SystemExit) as exit_info:
+        run_theory("convergence", "--concentration", "1e300", "--out", str(tmp_path))
+    assert exit_info.value.code == 2
+    assert "argument --concentration" in capsys.readouterr().err

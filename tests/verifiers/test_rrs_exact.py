@@ -95,3 +95,42 @@ def test_a_draft_stored_as_one_with_a_tiny_rest_keeps_its_rest(num_drafts):
         values.append(rrs_without_replacement_acceptance(target, draft, num_drafts))
     assert np.all(np.isfinite(values))
     np.testing.assert_allclose(values[1:], values[0], atol=1e-9)
+
+
+# -- work limits ---------------------------------------------------------------------------
+def test_past_its_work_limit_the_n3_bracket_stops_certified_and_says_so(monkeypatch):
+    """Float64 rows with all-distinct values used to refine to D1·D2 bins (102 s at 40k
+    tokens, > 300 s and 4.8 GB at 200k); past the limit the bracket reached is returned,
+    its midpoint is the acceptance, and a BracketWarning gives it."""
+    rng = np.random.default_rng(5)
+    target, draft = rng.dirichlet(np.ones(3000)), rng.dirichlet(np.ones(3000))
+    exact_low, exact_high = three_draft_bounds(target, draft)
+    assert exact_high - exact_low <= 2e-10  # within the default limit: exact, as before
+    monkeypatch.setattr(rrs_acceptance, "BRACKET_SECONDS_LIMIT", 0.01)
+    low, high = three_draft_bounds(target, draft)
+    assert low - 1e-13 <= exact_low <= exact_high <= high + 1e-13
+    assert 2e-10 < high - low < 1e-3
+    with pytest.warns(rrs_acceptance.BracketWarning, match="certified bracket"):
+        value = rrs_without_replacement_acceptance(target, draft, 3)
+    assert value == 0.5 * (low + high)
+
+
+def test_an_n3_row_too_large_for_even_one_bin_is_refused(monkeypatch):
+    rng = np.random.default_rng(6)
+    target, draft = rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))
+    monkeypatch.setattr(rrs_acceptance, "BRACKET_SECONDS_LIMIT", 1e-6)
+    with pytest.raises(rrs_acceptance.WorkLimitError, match="n = 3"):
+        three_draft_bounds(target, draft)
+
+
+def test_the_n4_recursion_is_refused_by_its_time_not_its_branch_count():
+    """447 rejectable tokens of 1,000 make 447² < 200,000 branches, which the old limit let
+    through: about 36 s of level calls. The time estimate refuses it at once."""
+    target = np.full(1000, 1 / 1000)
+    draft = np.r_[np.full(447, 1.5), np.full(553, 1.0)]
+    draft /= draft.sum()
+    assert np.count_nonzero(draft > target) == 447
+    with pytest.raises(rrs_acceptance.WorkLimitError, match="n = 4"):
+        rrs_without_replacement_acceptance(target, draft, 4)
+    assert rrs_acceptance.recursion_seconds(447, 1000, 4) > rrs_acceptance.RECURSION_SECONDS_LIMIT
+    assert rrs_acceptance.recursion_seconds(10**6, 10, 10**20) == np.inf  # no float overflow, no loop
