@@ -215,3 +215,18 @@ def test_recorded_target_probs_are_the_target_law_of_each_emitted_token(name, ta
         assert generation.target_probs.shape == (len(tokens), VOCAB)
         torch.testing.assert_close(generation.target_probs, processing.probs(logits.float()), atol=1e-5, rtol=0)
     assert engine.generate(PROMPT, method, 5, torch.Generator()).target_probs is None
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_one_head_call_per_step_keeps_the_law(name, target_model, draft_model):
+    """With the target's head applied to every node at once, the emitted tokens' laws are the
+    same rows (the head is applied to the same states): same seed, same tokens here."""
+    processing = Processing(temperature=0.9)
+    method = build_method(name, **METHODS[name])
+    tokens = []
+    for batch_heads in (False, True):
+        engine = Decoder(CausalLM(target_model), ModelDrafter(CausalLM(draft_model), processing), processing,
+                         eos_token_ids=[EOS], batch_heads=batch_heads)
+        tokens.append([engine.generate(PROMPT, method, 12, torch.Generator().manual_seed(seed)).tokens
+                       for seed in range(5)])
+    assert tokens[0] == tokens[1]

@@ -102,10 +102,18 @@ class _Sequence:
 
 class Decoder:
     """Target model + drafter + the shared logits processing; ``generate`` and
-    ``generate_batch`` run a method."""
+    ``generate_batch`` run a method.
 
-    def __init__(self, target: CausalLM, drafter: Drafter | None, processing: Processing, eos_token_ids=()):
+    ``batch_heads``: apply the target's output head to every node of a step's tree in one
+    call at the first verification, instead of node by node as the walk reaches them. It
+    pays where a matrix product of k rows costs about one row's (AVX512-BF16, AMX, a GPU:
+    the target's head alone is ~30 ms a call on the default pair), not where the cost is
+    linear in rows (AVX2); ``ModelPair.auto_decoder`` decides it from the measured costs."""
+
+    def __init__(self, target: CausalLM, drafter: Drafter | None, processing: Processing, eos_token_ids=(),
+                 batch_heads: bool = False):
         self.target = target
+        self.batch_heads = batch_heads
         self.drafter = drafter
         self.processing = processing
         self.eos_token_ids = frozenset(int(token) for token in eos_token_ids)
@@ -249,9 +257,13 @@ class Decoder:
         ``root_entry + i`` of the row's scores."""
         node, path, emitted, rows = 0, [], [], []
         generator = sequence.generator
+        every = None
+        if self.batch_heads and len(tree) > 1:
+            with stats.timed("target"):
+                every = scores.logits(row, [root_entry + i for i in range(len(tree))])  # [nodes, logits]
         while True:
             with stats.timed("target"):
-                logits = scores.logits(row, root_entry + node)  # [1, logits]
+                logits = scores.logits(row, root_entry + node) if every is None else every[node : node + 1]
             with stats.timed("verify"):
                 target_probs = self.processing.probs(logits)  # [1, vocab]
                 rows.append(target_probs)

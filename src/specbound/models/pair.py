@@ -102,10 +102,12 @@ class ModelPair:
         planner = Planner(target_costs, draft_costs, **({} if candidates is None else {"candidates": candidates}))
         eos = self.eos_token_ids if stop_at_eos else ()
         target = CausalLM(self.target, prefill_model=self.target_twin)
+        batch_heads = target_costs(16) <= 2 * target_costs(1)  # rows nearly free: one head call per step
         if self.draft is None:
-            return Decoder(target, None, processing, eos), planner
+            return Decoder(target, None, processing, eos, batch_heads), planner
         draft = CausalLM(self.draft, prefill_model=self.draft_twin, variants=variants)
-        return Decoder(target, ModelDrafter(draft, processing, planner.variant_for_rows), processing, eos), planner
+        drafter = ModelDrafter(draft, processing, planner.variant_for_rows)
+        return Decoder(target, drafter, processing, eos, batch_heads), planner
 
 
 def float32_twin(model: torch.nn.Module) -> torch.nn.Module:
