@@ -39,17 +39,28 @@ class Speculator:
 
     ``target``/``draft``: embedded model names, ``.gguf`` files or Hugging Face folders
     (``draft=None``: the target alone, for ``autoregressive`` or prompt lookup);
-    ``dtype``: the models' floating dtype; ``target_precision``: "bf16" (as loaded) or a
-    weight-only "int8"/"int4" target — never changed unless asked; ``draft_precisions``: the
-    draft variants the planner may use, forward by forward; ``device``: "cpu" or "cuda"."""
+    ``drafter``: "model" (the draft model) or "prompt-lookup" (n-grams of the prompt and the
+    text so far; no draft model is loaded); ``dtype``: the models' floating dtype;
+    ``target_precision``: "bf16" (as loaded) or a weight-only "int8"/"int4" target — never
+    changed unless asked; ``draft_precisions``: the draft variants the planner may use,
+    forward by forward; ``device``: "cpu" or "cuda"."""
 
     def __init__(self, target: str = "default-target", draft: str | None = "default-draft",
                  dtype: torch.dtype = torch.bfloat16, target_precision: str = "bf16",
                  draft_precisions=("bf16", "int8", "int4"), device: str = "cpu", progress: bool = True,
-                 pair=None):
+                 drafter: str = "model", pair=None):
         from specbound.models.pair import load_pair
         from specbound.models.quantize import quantize
 
+        if drafter not in ("model", "prompt-lookup"):
+            raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device: cuda asked for, but torch sees no CUDA device on this machine")
+        if drafter == "prompt-lookup":
+            draft = None
+        elif (pair.draft if pair is not None else draft) is None:
+            drafter = None  # the target alone: autoregressive decoding only
+        self.drafter = drafter
         self.pair = pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False)
         if target_precision != "bf16":
             self.pair = self.pair.with_target(quantize(self.pair.target, target_precision))
@@ -67,23 +78,31 @@ class Speculator:
         processing = Processing(temperature, top_k, top_p, self.pair.vocab_size)
         prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) and chat else (
             self.pair.tokenize(prompt) if isinstance(prompt, str) else [int(token) for token in prompt])
-        decoder, plan = self._decoder(processing, method, method_options)
+        decoder, plan = self.decoder_for(processing, method, method_options)
         generation = decoder.generate(prompt_ids, plan, max_new_tokens, torch.Generator().manual_seed(seed),
                                       streamer=streamer)
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
         described = plan.describe() if isinstance(plan, Planner) else ""
         return Result(generation.tokens, text, generation.finish_reason, generation.stats, described)
 
-    def _decoder(self, processing, method: str, options: dict):
-        """A decoder for these sampling settings (the planner's estimates are per setting)."""
+    def decoder_for(self, processing: Processing, method: str = "auto", options: dict | None = None):
+        """(decoder, plan) for these sampling settings and ``method`` ("auto": the plan is a
+        ``Planner``, kept with its acceptance estimates for the next calls; otherwise the
+        built ``Method``); decode with ``decoder.generate(prompt_ids, plan, ...)``."""
+        options = options or {}
         key = (processing, method, tuple(sorted(options.items())))
         if key not in self._decoders:
             if method == "auto":
+                if self.drafter == "prompt-lookup":
+                    raise ValueError("method: auto plans with the draft model; with prompt lookup name a method, "
+                                     "e.g. chain:gamma=4")
                 self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions)
             else:
                 built = build_method(method, **options)
-                drafter = "model" if built.depth and self.pair.draft is not None else None
-                self._decoders[key] = (self.pair.decoder(processing, drafter), built)
+                if built.depth and self.drafter is None:
+                    raise ValueError(f"method: {method} drafts, but no draft model was loaded and the drafter is "
+                                     "not prompt-lookup")
+                self._decoders[key] = (self.pair.decoder(processing, self.drafter if built.depth else None), built)
         return self._decoders[key]
 
 

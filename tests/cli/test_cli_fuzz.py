@@ -69,13 +69,10 @@ UNTYPED_KINDS = {  # options that take text, by (command, dest)
     ("accept", "target"): "distribution", ("accept", "draft"): "distribution",
     ("bounds", "target"): "distribution", ("bounds", "draft"): "distribution",
     ("run", "prompts"): "dataset", ("run", "methods"): "methods", ("run", "verifier"): "verifier",
-    ("report", "results_dir"): "results_dir",
+    ("report", "results_dir"): "results_dir", ("generate", "method"): "methods",
 }
-MODEL_SOURCES = {("run", "target"), ("run", "draft"), ("study", "target"), ("study", "draft")}
-KNOWN_OPEN = {  # (command, option): (values not run here, why, whose)
-    ("study multistep", "--gammas"): (HUGE, "the engine builds a γ-long tuple of verifiers (8 GB at 10⁹, OverflowError "
-                                            "at 10²⁰) and the multistep study passes --gammas to it unbounded"),
-}
+MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study") for source in ("target", "draft")}
+KNOWN_OPEN: dict = {}  # (command, option): (values not run here, why, whose); none open today
 
 
 class ModelWouldLoad(Exception):
@@ -130,8 +127,9 @@ def places(tmp_path_factory):
             "ragged_json": str(root / "ragged.json"), "prompts": str(root / "prompts.txt")}
 
 
-def base_arguments(path, places) -> list[str]:
-    """Small settings for each command, so that an accepted value runs in well under a second."""
+def base_arguments(path, places, positional_fuzzed: bool = False) -> list[str]:
+    """Small settings for each command, so that an accepted value runs in well under a second
+    (``generate`` gets a prompt unless its prompt is the value fuzzed)."""
     out = str(places["root"] / "out" / "-".join(path))
     pair = ["--target", "0.4,0.3,0.2,0.1", "--draft", "0.1,0.2,0.3,0.4"]
     chain = ["--horizon", "5", "--vocab", "3", "--runs", "20"]
@@ -145,6 +143,7 @@ def base_arguments(path, places) -> list[str]:
         ("theory", "pareto"): ["--random-points", "5", "--epsilons", "0,0.1", "--out", out, "--json"],
         ("run",): ["--prompts", places["prompts"], "--max-new-tokens", "2", "--output-dir", out],
         ("report",): [],
+        ("generate",): ["--max-new-tokens", "2", "--quiet", *([] if positional_fuzzed else ["a prompt"])],
     }.get(path, ["--dataset", places["prompts"], "--max-new-tokens", "2", "--out", out, "--quiet"])
 
 
@@ -198,7 +197,7 @@ def test_every_option_refuses_bad_values_and_bounds_its_work(path, action, kind,
     problems = []
     for value_template in [value for value in MUST_REFUSE[kind] + MAY_ACCEPT.get(kind, []) if value not in not_run]:
         value = value_template.format(**places, new_folder=str(places["root"] / "new" / "-".join(path)))
-        argv = [*path, *base_arguments(path, places), f"{option}={value}" if option else value]
+        argv = [*path, *base_arguments(path, places, option is None), f"{option}={value}" if option else value]
         outcome, seconds = call(argv)
         captured = capsys.readouterr()
         shown = f"{' '.join(path)} {option or action.dest}={value!r}"
@@ -262,8 +261,9 @@ def test_a_closed_pipe_ends_quietly_with_status_141():
     assert "Traceback" not in finished.stderr and "BrokenPipeError" not in finished.stderr
 
 
+@pytest.mark.skipif(not KNOWN_OPEN, reason="no value is known to fail")
 @pytest.mark.usefixtures("no_model_loads")
-@pytest.mark.parametrize(("command", "option"), list(KNOWN_OPEN))
+@pytest.mark.parametrize(("command", "option"), list(KNOWN_OPEN) or [("", "")])
 @pytest.mark.xfail(strict=True, reason="owned elsewhere, reported; see KNOWN_OPEN")
 def test_known_open_values_still_fail(command, option, places, capsys):
     path = tuple(command.split())

@@ -92,3 +92,43 @@ def test_drafts_no_target_call_could_verify_are_refused_before_a_model_loads(arg
     monkeypatch.setattr("specbound.models.loading.load_model", no_model)
     assert main(["run", "--output-dir", str(tmp_path), *arguments]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_auto_prints_its_plan_with_predicted_and_measured_speed(tiny_dirs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))  # the cost book of the tiny models
+    assert run_command(tiny_dirs, tmp_path / "out", "--methods", "autoregressive,auto",
+                       "--draft-precisions", "bf16") == 0
+    printed = capsys.readouterr().out
+    assert "auto: plans " in printed and "tokens/s, measured" in printed
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    auto = next(row for row in summary["methods"] if row["method"] == "auto")
+    assert auto["predicted_tokens_per_second"] > 0 and auto["plan"]
+    assert (tmp_path / "cache" / "costs.json").exists()
+
+
+def test_generate_streams_the_text_and_reports_on_stderr(tiny_dirs, tmp_path, capsys, monkeypatch):
+    """The streamed text is the decoded tokens (for this word-level tokenizer, the words
+    joined by spaces), and the method's own tokens: the same seed gives the same text."""
+    monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))
+    target, draft, _ = tiny_dirs
+    texts = []
+    for method in ("chain:gamma=2", "chain:gamma=2", "auto"):
+        assert main(["generate", "a b c", "--raw", "--target", target, "--draft", draft, "--dtype", "float32",
+                     "--max-new-tokens", "5", "--method", method, "--quiet", "--draft-precisions", "bf16"]) == 0
+        captured = capsys.readouterr()
+        texts.append(captured.out)
+        assert "tokens in" in captured.err and "tokens per target call" in captured.err
+        assert set(captured.out.split()) <= set(WORDS)
+    assert texts[0] == texts[1] and texts[0].strip()
+
+
+@pytest.mark.parametrize(("method", "named"), [("chain:gamma=0", "gamma"), ("chain:depth=2", "depth"),
+                                               ("beam", "method"), ("chain:gamma", "method"),
+                                               ("tree:num_drafts=2:depth=40", "tree (num_drafts = 2, depth = 40)")])
+def test_generate_refuses_bad_methods_before_a_model_loads(method, named, monkeypatch, capsys):
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("specbound.models.loading.load_model", no_model)
+    assert main(["generate", "x", "--method", method]) == 2
+    assert named in capsys.readouterr().err

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "specbound.cli.accept",
     "specbound.cli.theory",
     "specbound.cli.run",
+    "specbound.cli.generate",
     "specbound.cli.bounds",
     "specbound.cli.study",
     "specbound.cli.report",

@@ -1,6 +1,5 @@
 """Inputs shared by several commands: a (target, draft) pair from the command line or a
-JSON file; the size of the drafts a decoding method asks for, checked before any model
-loads."""
+JSON file."""
 
 from __future__ import annotations
 
@@ -9,10 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specbound.checks import within_limit
 
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
-MAX_DRAFTED_PER_CALL = 4096  # tokens one target call verifies, each with a vocabulary row (0.6 MB at 151,936)
 
 
 def parse_distribution(text: str, name: str) -> np.ndarray:
@@ -80,25 +77,3 @@ def add_pair_arguments(parser, default_help: str = "") -> None:
     parser.add_argument("--target", help="target probabilities p: '0.4,0.3,0.2,0.1' or a JSON file "
                         f'(a list, or {{"target": [...], "draft": [...]}}){default_help}')
     parser.add_argument("--draft", help="draft probabilities q (same forms); defaults to the JSON file of --target")
-
-
-def check_drafts(method: str, num_drafts: int | None = None, depth: int | None = None,
-                 gamma: int | None = None) -> None:
-    """Refuse (``checks.WorkLimitError``) a decoding method whose one target call would verify
-    more than ``MAX_DRAFTED_PER_CALL`` drafted tokens: a tree's Σ_{k ≤ depth} n^k, or n
-    chains of γ (options the method does not take are None)."""
-    width = num_drafts or 1
-    if depth is not None:
-        drafted, level = 0, 1
-        for _ in range(depth if width > 1 else 0):
-            level *= width
-            drafted += level
-            if drafted > MAX_DRAFTED_PER_CALL:  # counted no further: the answer is no
-                break
-        drafted = drafted or depth
-    else:
-        drafted = width * (gamma or 1)
-    sizes = {"num_drafts": num_drafts, "depth": depth, "gamma": gamma}
-    shown = ", ".join(f"{name} = {value:,}" for name, value in sizes.items() if value is not None)
-    within_limit(f"{method} ({shown})", drafted, MAX_DRAFTED_PER_CALL, "drafted tokens",
-                 hint="a smaller tree or lookahead (each drafted token is verified with a vocabulary row)")

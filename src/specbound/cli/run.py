@@ -1,8 +1,9 @@
 """``specbound run``: decode prompts with several methods side by side on real models.
 
 With no arguments: the embedded default pair (Qwen2.5-Coder 1.5B target, 0.5B draft), four
-built-in instructions, temperature 0.7, methods autoregressive, chain and tree. Prints a
-table (tokens/s, speedup over autoregressive, tokens per target call, acceptance), writes
+built-in instructions, temperature 0.7, methods autoregressive, chain and auto (the planner:
+``specbound.engine.planner``). Prints a table (tokens/s, speedup over autoregressive, tokens
+per target call, acceptance), auto's plan with its predicted and measured tokens/s, writes
 one JSONL record per (prompt, method) as it finishes and a PNG plot, and prints the text
 generated for one prompt. Same seed, same tokens.
 """
@@ -19,25 +20,15 @@ import torch
 from tqdm import tqdm
 
 from specbound import arguments
-from specbound.cli.inputs import check_drafts
 from specbound.cli.output import format_table
 from specbound.datasets import load_prompts
+from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator
 from specbound.engine import METHODS, Processing, RunStats, build_method
 from specbound.engine.methods import method_options
-from specbound.models import DTYPES
-from specbound.models.pair import load_pair
+from specbound.engine.planner import Planner
 from specbound.plots.run import plot_run
 
-DEFAULT_METHODS = "autoregressive,chain,tree"
-
-
-def build_decoder(args):
-    """The model pair (``specbound.models.pair``) and a decoder on it with the run's
-    processing and drafter."""
-    pair = load_pair(args.target, args.draft if args.drafter == "model" else None, DTYPES[args.dtype],
-                     float32_twins=False)
-    processing = Processing(args.temperature, args.top_k, args.top_p, pair.vocab_size)
-    return pair, pair.decoder(processing, args.drafter)
+DEFAULT_METHODS = "autoregressive,chain,auto"
 
 
 def options_for(name: str, args) -> dict:
@@ -75,10 +66,11 @@ def run(args: argparse.Namespace) -> int:
     if not names:
         raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
     for name in names:
+        if name == "auto":
+            methods["auto"] = ("auto", {})
+            continue
         options = options_for(name, args)
-        check_drafts(name, **{key: value for key, value in options.items() if key in ("num_drafts", "depth", "gamma")})
-        method = build_method(name, **options)
-        methods[method.name] = method
+        methods[build_method(name, **options).name] = (name, options)
     try:
         prompts = load_prompts(args.prompts, limit=args.limit)
     except ValueError as error:
@@ -89,10 +81,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    pair, decoder = build_decoder(args)
+    speculator = load_speculator(args)
+    pair = speculator.pair
+    processing = Processing(args.temperature, args.top_k, args.top_p, pair.vocab_size)
+    decoders = {label: speculator.decoder_for(processing, name, options) for label, (name, options) in methods.items()}
     encoded = [pair.encode(prompt.text) for prompt in prompts]
-    warm_up = next(iter(methods.values()))
-    decoder.generate(encoded[0], warm_up, 4, torch.Generator().manual_seed(args.seed))
+    for decoder, plan in decoders.values():  # the first forwards of a model are slow: not timed
+        if not isinstance(plan, Planner):
+            decoder.generate(encoded[0], plan, 4, torch.Generator().manual_seed(args.seed))
 
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -103,9 +99,9 @@ def run(args: argparse.Namespace) -> int:
         total=len(prompts) * len(methods), desc="decoding", unit="run", file=sys.stderr
     ) as progress:
         for index, (prompt, prompt_ids) in enumerate(zip(prompts, encoded)):
-            for label, method in methods.items():
+            for label, (decoder, plan) in decoders.items():
                 generator = torch.Generator().manual_seed(args.seed + index)
-                generation = decoder.generate(prompt_ids, method, args.max_new_tokens, generator)
+                generation = decoder.generate(prompt_ids, plan, args.max_new_tokens, generator)
                 totals[label] = totals[label].merge(generation.stats)
                 text = pair.decode(generation.tokens, skip_special_tokens=True)
                 if index == args.show:
@@ -120,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(1)
 
     rows = summary_rows(totals)
+    planners = {label: plan for label, (_, plan) in decoders.items() if isinstance(plan, Planner)}
+    for row in rows:
+        if row["method"] in planners:
+            row["plan"], row["predicted_tokens_per_second"] = planners[row["method"]].summary()
     plot_path = output_dir / "run.png"
     plot_run(rows, plot_path)
     (output_dir / "summary.json").write_text(json.dumps({"options": vars_for_json(args), "methods": rows}, indent=2))
@@ -130,6 +130,12 @@ def run(args: argparse.Namespace) -> int:
         [[row["method"], row["tokens"], row["tokens_per_second"], row["speedup"],
           row["tokens_per_target_call"], row["acceptance"]] for row in rows],
     ))
+    for row in rows:
+        if "plan" in row:
+            predicted = row["predicted_tokens_per_second"]
+            print(f"\n{row['method']}: plans {row['plan'] or '-'}; predicted "
+                  f"{'-' if predicted is None else f'{predicted:.2f}'} tokens/s, measured "
+                  f"{row['tokens_per_second']:.2f}")
     print(f"\nresults: {results_path}\nplot: {plot_path}\n")
     print(f"prompt {prompts[args.show].id}: {prompts[args.show].text}")
     for label, text in texts.items():
@@ -148,13 +154,7 @@ def register(subparsers) -> None:
         description="Speculative decoding on real models: autoregressive, chain and tree "
         "(by default) on the embedded Qwen2.5-Coder pair, with a speed table and a plot.",
     )
-    models = parser.add_argument_group("models")
-    models.add_argument("--target", default="default-target",
-                        help="embedded model name, .gguf file or Hugging Face directory")
-    models.add_argument("--draft", default="default-draft", help="draft model (same forms)")
-    models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
-                        help="draft with the draft model or by n-gram prompt lookup")
-    models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
+    add_model_arguments(parser)
     data = parser.add_argument_group("prompts")
     data.add_argument("--prompts", default="instructions",
                       help="built-in set (instructions, summarize, translate_de_en, humaneval) "
@@ -163,7 +163,8 @@ def register(subparsers) -> None:
     data.add_argument("--show", type=arguments.non_negative_int, default=0, help="print the texts of this prompt")
     decoding = parser.add_argument_group("decoding")
     decoding.add_argument("--methods", default=DEFAULT_METHODS,
-                          help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS})")
+                          help=f"comma-separated, from auto (the planner), {', '.join(METHODS)} "
+                          f"(default {DEFAULT_METHODS})")
     decoding.add_argument("--verifier", default=None,
                           help="multi-draft verifier of the tree method (default rrs_without_replacement)")
     decoding.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,
@@ -172,11 +173,7 @@ def register(subparsers) -> None:
     decoding.add_argument("--gamma", type=arguments.positive_int, default=3, help="lookahead of chain, batch, decoding_*")
     decoding.add_argument("--epsilon", type=arguments.number(0.0), default=None,
                           help="ε of decoding_opt/uno (default 0.1)")
-    decoding.add_argument("--temperature", type=arguments.number(0.0), default=0.7)
-    decoding.add_argument("--top-k", type=arguments.positive_int, default=None)
-    decoding.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True), default=None)
-    decoding.add_argument("--seed", type=arguments.seed, default=0)
-    decoding.add_argument("--max-new-tokens", type=arguments.positive_int, default=64)
+    add_sampling_arguments(parser, max_new_tokens=64)
     parser.add_argument("--output-dir", type=arguments.folder, default="specbound-run", help="where results go")
     parser.add_argument("--threads", type=arguments.integer(1, os.cpu_count() or 1), default=None,
                         help="torch CPU threads (at most the CPU count)")

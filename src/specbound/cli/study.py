@@ -18,9 +18,9 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.checks import positive_int
-from specbound.cli.inputs import check_drafts
 from specbound.cli.output import format_table
 from specbound.datasets import DATASETS, load_prompts
+from specbound.engine.methods import check_drafted
 from specbound.models import DTYPES
 from specbound.models.pair import load_pair
 from specbound.studies import STUDIES
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                   "top_k": args.top_k, "top_p": args.top_p}
     if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
-        check_drafts("chain", gamma=args.gamma)
+        check_drafted("chain", gamma=args.gamma)
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
     if args.batch_size is not None:

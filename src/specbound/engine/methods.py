@@ -41,8 +41,35 @@ from dataclasses import dataclass
 
 import torch
 
-from specbound.checks import finite_number, positive_int
+from specbound.checks import finite_number, positive_int, within_limit
 from specbound.verifiers import Verifier, get_verifier
+
+MAX_DRAFTED_PER_CALL = 4096  # tokens one target call verifies, each with a vocabulary row (0.6 MB at 151,936)
+
+
+def check_drafted(method: str, num_drafts: int | None = None, depth: int | None = None,
+                  gamma: int | None = None, budget: int | None = None) -> None:
+    """Refuse (``checks.WorkLimitError``) a method whose one target call would verify more
+    than ``MAX_DRAFTED_PER_CALL`` drafted tokens — a full tree's Σ_{k ≤ depth} n^k, n chains
+    of γ, a budget of nodes — before anything of that size is built (the sizes it does not
+    have are None; each is a positive int)."""
+    width = num_drafts or 1
+    if budget is not None:
+        drafted = budget
+    elif depth is not None:
+        drafted, level = 0, 1
+        for _ in range(depth if width > 1 else 0):
+            level *= width
+            drafted += level
+            if drafted > MAX_DRAFTED_PER_CALL:  # counted no further: the answer is no
+                break
+        drafted = drafted or depth
+    else:
+        drafted = width * (gamma or 1)
+    sizes = {"num_drafts": num_drafts, "depth": depth, "gamma": gamma, "budget": budget}
+    shown = ", ".join(f"{name} = {value:,}" for name, value in sizes.items() if value is not None)
+    within_limit(f"{method} ({shown})", drafted, MAX_DRAFTED_PER_CALL, "drafted tokens",
+                 hint="a smaller tree or lookahead (each drafted token is verified with a vocabulary row)")
 
 
 @dataclass(frozen=True)
@@ -156,6 +183,7 @@ def chain(gamma: int = 3, verifier: str = "single") -> Method:
     """Single draft, lookahead γ, bonus token when all γ are accepted (SPEC.md §6); verified
     token by token (``single``) or as a block (``block``, [BLOCK])."""
     gamma = positive_int("gamma", gamma)
+    check_drafted("chain", gamma=gamma)
     chosen, per_node = _verifier(verifier)
     label = f"chain γ={gamma}" + ("" if verifier == "single" else f" {verifier}")
     if per_node:
@@ -166,7 +194,8 @@ def chain(gamma: int = 3, verifier: str = "single") -> Method:
 def tree(num_drafts: int = 2, depth: int = 2, verifier: str = "rrs_without_replacement") -> Method:
     """``num_drafts`` children per node from the verifier's draft scheme, ``depth`` levels."""
     chosen, per_node = _verifier(verifier)
-    branching = (positive_int("num_drafts", num_drafts),) * positive_int("depth", depth)
+    check_drafted("tree", positive_int("num_drafts", num_drafts), positive_int("depth", depth))
+    branching = (num_drafts,) * depth
     label = f"tree {num_drafts}×{depth} {verifier}"
     if per_node:
         return Method(label, Levels(branching), (chosen,) * depth)
@@ -180,6 +209,7 @@ def sparse(budget: int = 16, depth: int = 5, width: int = 4, max_children: int =
     chosen, per_node = _verifier(verifier)
     shape = Budget(positive_int("budget", budget), positive_int("depth", depth), positive_int("width", width),
                    positive_int("max_children", max_children))
+    check_drafted("sparse", depth=depth, budget=budget)
     label = f"sparse {budget}/{depth} {verifier}"
     if getattr(chosen, "fixed_num_drafts", None) not in (None, 1):
         raise ValueError(f"verifier: {verifier!r} takes exactly {chosen.fixed_num_drafts} drafts; a budgeted tree "
@@ -191,7 +221,8 @@ def sparse(budget: int = 16, depth: int = 5, width: int = 4, max_children: int =
 
 def batch(num_drafts: int = 2, gamma: int = 3) -> Method:
     """[YIN] batch speculative decoding: M roots by RRS, then one chain of γ − 1."""
-    branching = (positive_int("num_drafts", num_drafts),) + (1,) * (positive_int("gamma", gamma) - 1)
+    check_drafted("batch", positive_int("num_drafts", num_drafts), gamma=positive_int("gamma", gamma))
+    branching = (num_drafts,) + (1,) * (gamma - 1)
     verifiers = (get_verifier("rrs"),) + (get_verifier("single"),) * (gamma - 1)
     return Method(f"batch M={num_drafts} γ={gamma}", Levels(branching), verifiers)
 
@@ -199,6 +230,7 @@ def batch(num_drafts: int = 2, gamma: int = 3) -> Method:
 def decoding_opt(gamma: int = 3, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-OPT's b = min(1, (p + ε)/q) and residual norm((p − q)+)."""
     gamma, epsilon = positive_int("gamma", gamma), finite_number("epsilon", epsilon, 0.0)
+    check_drafted("decoding_opt", gamma=gamma)
     return Method(f"decoding_opt γ={gamma} ε={epsilon:g}", Levels((1,) * gamma),
                   (get_verifier("decoding_opt", epsilon=epsilon),) * gamma)
 
@@ -206,6 +238,7 @@ def decoding_opt(gamma: int = 3, epsilon: float = 0.1) -> Method:
 def decoding_uno(gamma: int = 3, epsilon: float = 0.1) -> Method:
     """Chain with Decoding-UNO's b = min(1, (p + ε)/q), resampling from p."""
     gamma, epsilon = positive_int("gamma", gamma), finite_number("epsilon", epsilon, 0.0)
+    check_drafted("decoding_uno", gamma=gamma)
     return Method(f"decoding_uno γ={gamma} ε={epsilon:g}", Levels((1,) * gamma),
                   (get_verifier("decoding_uno", epsilon=epsilon),) * gamma)
 

@@ -188,6 +188,20 @@ class Planner:
         """The draft variant measured fastest for ``rows`` rows (the drafter's rule)."""
         return min(self.draft_costs, key=lambda variant: self.draft_costs[variant](max(1, rows)))
 
+    def summary(self) -> tuple[str, float | None]:
+        """(the plans chosen, each with its share of the plans made; the mean tokens/s they
+        predicted), the first optimistic plan of each generation left out where there are
+        others."""
+        history = [entry for entry in self.history if entry[0] > 0] or self.history
+        if not history:
+            return "", None
+        shares: dict[str, int] = {}
+        for _, label, _ in history:
+            shares[label] = shares.get(label, 0) + 1
+        plans = ", ".join(f"{label} {count / len(history):.0%}"
+                          for label, count in sorted(shares.items(), key=lambda item: -item[1]))
+        return plans, sum(speed for _, _, speed in history) / len(history)
+
     def describe(self) -> str:
         """The plans chosen so far, with their predicted tokens/s."""
         return "; ".join(f"step {step}: {label} ({speed:.2f} tok/s predicted)" for step, label, speed in self.history)

@@ -168,7 +168,16 @@ def _convert_gguf(gguf_path: Path, destination: Path, dtype: torch.dtype, progre
 
 def _load_pretrained(directory: Path, dtype: torch.dtype, progress: bool) -> LoadedModel:
     _announce(f"loading {directory}", progress)
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    from transformers.utils import logging as transformers_logging
+
+    shown = transformers_logging.is_progress_bar_enabled()
+    if not progress:
+        transformers_logging.disable_progress_bar()  # its "Loading weights" bar
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
+    finally:
+        if shown:
+            transformers_logging.enable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     return LoadedModel(model.eval(), tokenizer)
 

@@ -1,0 +1,71 @@
+"""The options ``run`` and ``generate`` share: which models, at which precision, on which
+device; how to sample; which method (``auto`` or one of the engine's, with its options)."""
+
+from __future__ import annotations
+
+import argparse
+
+from specbound import arguments
+from specbound.engine.methods import METHODS, build_method, method_options
+from specbound.models import DTYPES
+from specbound.models.quantize import PRECISIONS
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    models = parser.add_argument_group("models")
+    models.add_argument("--target", default="default-target",
+                        help="embedded model name, .gguf file or Hugging Face directory (default default-target)")
+    models.add_argument("--draft", default="default-draft", help="draft model, same forms (default default-draft)")
+    models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
+                        help="draft with the draft model or by n-gram prompt lookup")
+    models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="the models' dtype (bfloat16)")
+    models.add_argument("--target-precision", "--target-dtype", choices=PRECISIONS, default="bf16",
+                        help="the target's weights: as loaded (bf16, default) or weight-only int8/int4 (changes the "
+                        "law being sampled: the target is then the quantised model)")
+    models.add_argument("--draft-precisions", type=arguments.names(PRECISIONS), default=list(PRECISIONS),
+                        help="draft precisions the planner may use, forward by forward (default bf16,int8,int4; "
+                        "any precision keeps decoding lossless)")
+    models.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (cpu)")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    sampling = parser.add_argument_group("sampling")
+    sampling.add_argument("--temperature", type=arguments.number(0.0), default=0.7, help="0 = greedy (default 0.7)")
+    sampling.add_argument("--top-k", type=arguments.positive_int, default=None)
+    sampling.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True), default=None)
+    sampling.add_argument("--seed", type=arguments.seed, default=0)
+    sampling.add_argument("--max-new-tokens", type=arguments.positive_int, default=max_new_tokens,
+                          help=f"tokens to generate at most (default {max_new_tokens})")
+
+
+def parse_method(text: str) -> tuple[str, dict]:
+    """'auto', 'chain', 'chain:gamma=4', 'sparse:budget=12:depth=6:verifier=greedy' ->
+    (name, options); values are ints where they parse as ints."""
+    name, *pairs = [part.strip() for part in text.split(":")]
+    if name != "auto" and name not in METHODS:
+        raise ValueError(f"method: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
+    options = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"method: expected KEY=VALUE after {name!r}, got {pair!r}")
+        if name == "auto" or key not in method_options(name):
+            raise ValueError(f"method: {name!r} takes no option {key!r}")
+        try:
+            options[key] = int(value)
+        except ValueError:
+            try:
+                options[key] = float(value)
+            except ValueError:
+                options[key] = value
+    if name != "auto":
+        build_method(name, **options)  # every value checked (and the tree's size) before any model loads
+    return name, options
+
+
+def load_speculator(args):
+    """The ``Speculator`` (``specbound.api``) the model options ask for."""
+    from specbound.api import Speculator
+
+    return Speculator(args.target, args.draft, DTYPES[args.dtype], args.target_precision, args.draft_precisions,
+                      args.device, progress=not getattr(args, "quiet", False), drafter=args.drafter)
