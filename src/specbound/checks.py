@@ -47,6 +47,13 @@ def within_limit(name: str, estimate: float, limit: float, unit: str, hint: str 
     """Raise WorkLimitError naming ``name`` when ``estimate`` exceeds ``limit``."""
     if not estimate <= limit:
         raise WorkLimitError(
-            f"{name}: this needs about {estimate:,.3g} {unit}, above the limit of {limit:,.3g} {unit}"
+            f"{name}: this needs about {_amount(estimate)} {unit}, above the limit of {_amount(limit)} {unit}"
             + (f"; {hint}" if hint else "")
         )
+
+
+def _amount(value: float) -> str:
+    """3 significant digits; whole numbers below 10⁷ in full (4,096, not 4.1e+03)."""
+    if float(value).is_integer() and abs(value) < 1e7:
+        return f"{int(value):,}"
+    return f"{value:,.3g}"

@@ -106,6 +106,21 @@ def test_prompt_lookup_chain_generates_the_target_sequence_law(target_model):
     assert chi_square_pvalue(samples, law) > SIGNIFICANCE
 
 
+@pytest.mark.parametrize("verifier", ["kseq", "rrs", "rrs_without_replacement", "greedy", "spechub"])
+def test_point_mass_laws_give_the_target_argmax_path_with_every_verifier(verifier, target_model, draft_model):
+    """top-k 1: both laws are point masses, on different tokens wherever the models' argmax
+    differ (disjoint supports). Every sample must then be the target's greedy path: K-SEQ
+    once emitted tokens of target probability 0 there in every sample (issue #10, part 1)."""
+    processing = Processing(temperature=0.9, top_k=1)
+    method = build_method("tree", num_drafts=2, depth=2, verifier=verifier)
+    law = exact_sequence_law(target_model, PROMPT, processing, NEW_TOKENS)
+    assert len(law) == 1  # the one sequence of positive probability
+    decoder = model_decoder(target_model, draft_model, processing)
+    generator = torch.Generator().manual_seed(0)
+    samples = {tuple(decoder.generate(PROMPT, method, NEW_TOKENS, generator).tokens) for _ in range(50)}
+    assert samples == set(law)
+
+
 @pytest.mark.parametrize(
     "verifier", ["decoding_opt", pytest.param("decoding_uno", marks=pytest.mark.slow)]
 )

@@ -66,6 +66,7 @@ def test_vocab_size_drops_padding_rows():
     [
         ({"temperature": -1.0}, "temperature"),
         ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": True}, "temperature"),  # a flag is not a temperature
         ({"top_k": 0}, "top_k"),
         ({"top_p": 0.0}, "top_p"),
         ({"top_p": 1.5}, "top_p"),

@@ -60,6 +60,11 @@ def test_configurations_list_chains_then_batch_sizes_without_repeats():
         RejectionsStudy(lookaheads=[0])
     with pytest.raises(ValueError, match="batch_sizes"):
         RejectionsStudy(batch_sizes=[0])
+    with pytest.raises(ValueError, match="batch_sizes.*4,096 drafted tokens"):  # refused before any model loads
+        RejectionsStudy(batch_sizes=[10**9])
+    assert RejectionsStudy(max_new_tokens=6, lookaheads=[10**9]).configs[0].method(6).depth == 6  # γ > horizon: K = ∞
+    with pytest.raises(ValueError, match="max_new_tokens.*4,096 drafted tokens"):  # K = ∞ drafts the whole horizon
+        RejectionsStudy(max_new_tokens=10**9, lookaheads=[None])
 
 
 def test_the_study_records_measured_and_predicted_counts(tmp_path):

@@ -40,7 +40,8 @@ class Processing:
     vocab_size: int | None = None
 
     def __post_init__(self):
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
+        if isinstance(self.temperature, bool) or not (
+                isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
             raise ValueError(f"temperature: expected a finite number, got {self.temperature!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature: must be >= 0, got {self.temperature}")

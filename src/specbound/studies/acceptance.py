@@ -240,7 +240,8 @@ class AcceptanceStudy(Study):
         parser.add_argument("--gamma", type=int, default=0,
                             help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
                             "(default 0)")
-        parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
+        parser.add_argument("--workers", type=arguments.integer(1, os.cpu_count() or 1),
+                            default=min(2, os.cpu_count() or 1),
                             help="processes for the exact computations (default: 2, or 1 on one core)")
         parser.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET,
                             help="drop each row's least likely tokens before the exact computations while the "

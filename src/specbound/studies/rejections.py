@@ -52,7 +52,8 @@ class DecodingConfig:
         return f"M={self.num_drafts},γ={lookahead}"
 
     def method(self, horizon: int) -> Method:
-        gamma = self.lookahead or horizon
+        """The engine's method; a lookahead beyond the horizon drafts to the horizon (K = ∞)."""
+        gamma = min(self.lookahead or horizon, horizon)
         return chain(gamma) if self.num_drafts == 1 else batch(self.num_drafts, gamma)
 
 
@@ -94,6 +95,16 @@ class RejectionsStudy(Study):
         self.configs = decoding_configs(
             [_lookahead(value) for value in lookaheads], list(batch_sizes), _lookahead(batch_lookahead)
         )
+        for config in self.configs:  # what the engine checks (a batch no target call could verify), now
+            try:
+                config.method(self.max_new_tokens)
+            except ValueError as error:
+                to_horizon = config.lookahead is None or config.lookahead >= self.max_new_tokens
+                if config.num_drafts > 1:
+                    fields = "batch_sizes, batch_lookahead"
+                else:
+                    fields = "max_new_tokens (the horizon of lookahead inf)" if to_horizon else "lookaheads"
+                raise ValueError(f"{fields}: {error}") from None
         self.top_k, self.top_p = top_k, top_p
 
     @staticmethod
