@@ -102,10 +102,9 @@ def test_without_replacement_sampler_never_draws_a_token_of_zero_probability(bac
         assert np.all(row[drawn] > 0)
 
 
-@pytest.mark.xfail(strict=True, reason="bounds/subset.py, outside this change: scan_order takes an overflowing p/q "
-                   "as ∞, tied with the tokens of q = 0 and with the other overflowing ratios (then in id order), so "
-                   "the prefix scan misses the minimising prefix")
 def test_scan_order_keeps_the_order_of_overflowing_ratios():
+    """p/q with q subnormal overflows to ∞: it was tied with the tokens of q = 0 and with the
+    other overflowing ratios (then in id order), so the prefix scan missed the minimising prefix."""
     scheme = get_draft_scheme("without_replacement")
     for target, draft in [
         ([0.17, 0.24, 0.13, 0.3726, 0.0248, 0.0626], [0.0, 0.0, 0.0, 0.0, 1.0, 1e-310]),  # tokens 4, 5 always
@@ -114,3 +113,25 @@ def test_scan_order_keeps_the_order_of_overflowing_ratios():
         assert scheme.optimum(target, draft, 2).acceptance[0] == pytest.approx(
             scheme.optimum_bruteforce(target, draft, 2).acceptance[0], abs=1e-12
         )
+
+
+def test_scan_order_is_the_exact_order_of_the_ratios_beside_subnormal_draft_probabilities():
+    """Against exact rational ratios: p/q ascending, q = 0 < p after every finite ratio,
+    p = q = 0 last, ties in id order — in rows that overflow and rows that do not."""
+    from fractions import Fraction
+
+    from specbound.bounds.subset import scan_order
+
+    rng = np.random.default_rng(7)
+    values = [0.0, 5e-324, 1e-310, 2e-310, 1e-300, 0.25, 0.5, 0.5, 1.0]
+    rows_p = rng.choice(values, size=(40, 7))
+    rows_q = rng.choice(values, size=(40, 7))
+
+    def rank(p, q, token):
+        if q == 0:
+            return (2 if p > 0 else 3, Fraction(0), token)
+        return (1, Fraction(p) / Fraction(q), token)
+
+    for p, q in zip(rows_p, rows_q):
+        expected = sorted(range(len(p)), key=lambda token: rank(p[token], q[token], token))
+        assert scan_order(p[None], q[None])[0].tolist() == expected

@@ -417,11 +417,12 @@ def test_rrs_without_replacement_acceptance_with_subnormal_draft_masses(target, 
 
 
 
-@pytest.mark.xfail(strict=True, reason="verifiers/optimal.py, outside this change: the LP coupling is exact only to "
-                   "the solver's tolerance, so the conditional law of a draft tuple of probability 7e-13 sums to 0.9998")
 def test_optimal_verifier_law_beside_a_rare_draft_tuple():
+    """A tuple of probability 7e-13 sits below the LP's tolerance: its conditional law was
+    coupling / D_k and summed to 0.9998. Every conditional is a law, and the output law is p."""
     verifier = get_verifier("optimal")
     target, draft = np.array([1.0, 0.0]), np.array([1.0 - 8.6288e-07, 8.6288e-07])
-    tuples, _ = get_draft_scheme("with_replacement").joint_law(draft, 2)
+    tuples, tuple_probs = get_draft_scheme("with_replacement").joint_law(draft, 2)
     laws = verifier.output_law(np.tile(target, (len(tuples), 1)), np.tile(draft, (len(tuples), 1)), tuples)
     np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=1e-9, rtol=0)
+    np.testing.assert_allclose(tuple_probs @ laws, target, atol=1e-9, rtol=0)

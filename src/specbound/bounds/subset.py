@@ -72,11 +72,21 @@ def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
     Tokens with p = q = 0 (ratio NaN) go last too; they change neither p(H) nor Q(H).
     Equal ratios keep token-id order. For speed the ratio's bit pattern (monotone for
     non-negative floats, NaN above ∞) has its low bits replaced by the token id and is
-    value-sorted; ratios that this truncation merged are put back in exact order.
+    value-sorted; ratios that this truncation merged are put back in exact order. A row
+    where p/q overflows (q subnormal) is sorted by the exact ratio instead
+    (``_exact_scan_order``): an overflowed ratio is no ∞, it comes before the tokens of q = 0.
     # [batch, vocab] x2 -> [batch, vocab] int
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = target_probs / draft_probs
+    overflowed = np.isinf(ratio) & (draft_probs > 0)
+    if overflowed.any():
+        order = np.empty(ratio.shape, dtype=np.int64)
+        rows = overflowed.any(axis=1)
+        order[rows] = _exact_scan_order(target_probs[rows], draft_probs[rows])
+        if not rows.all():
+            order[~rows] = scan_order(target_probs[~rows], draft_probs[~rows])
+        return order
     ratio += 0.0  # turns −0.0 into +0.0
     ratio_bits = ratio.view(np.uint64)
     vocab_size = ratio.shape[1]
@@ -90,6 +100,32 @@ def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
     if np.any(bits_in_order[:, 1:] < bits_in_order[:, :-1]):
         order = np.take_along_axis(order, np.argsort(bits_in_order, axis=1, kind="stable"), axis=1)
     return order
+
+
+def _exact_scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.ndarray:
+    """The scan order of ``scan_order`` for ratios beyond float64's range.
+
+    p/q = (m_p / m_q) · 2^(e_p − e_q) with mantissas m ∈ [½, 1) (``np.frexp``, exact for
+    subnormals too); scaled into [1, 2), the mantissa quotient and the exponent sort the
+    ratios lexicographically, each as exact as one correctly rounded division. Ratio 0
+    (p = 0 < q) first, then finite ratios, then q = 0 < p, then p = q = 0; ties in id order.
+    # [batch, vocab] x2 -> [batch, vocab] int
+    """
+    target_mantissa, target_exponent = np.frexp(target_probs)
+    draft_mantissa, draft_exponent = np.frexp(draft_probs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = target_mantissa / draft_mantissa  # in (½, 2) where both are positive
+    below_one = quotient < 1.0
+    quotient = np.where(below_one, 2.0 * quotient, quotient)
+    exponent = target_exponent.astype(np.int64) - draft_exponent - below_one
+    big = np.iinfo(np.int64).max
+    positive_target, positive_draft = target_probs > 0, draft_probs > 0
+    exponent = np.where(positive_draft & ~positive_target, -big, exponent)  # ratio 0
+    exponent = np.where(~positive_draft & positive_target, big - 1, exponent)  # ratio ∞
+    exponent = np.where(~positive_draft & ~positive_target, big, exponent)  # ratio NaN
+    quotient = np.where(positive_draft & positive_target, quotient, 0.0)
+    ids = np.broadcast_to(np.arange(target_probs.shape[1]), target_probs.shape)
+    return np.lexsort((ids, quotient, exponent), axis=-1)
 
 
 def prefix_sums(values: np.ndarray) -> np.ndarray:

@@ -26,7 +26,24 @@ def _solved_coupling(target_bytes: bytes, draft_bytes: bytes, num_drafts: int, s
     )
     coupling, acceptance = optimal_coupling(target_row, tuples, tuple_probs)
     index = {tuple(row): k for k, row in enumerate(tuples.tolist())}
-    return index, coupling / tuple_probs[:, None], acceptance
+    return index, _conditionals(coupling, target_row), acceptance
+
+
+def _conditionals(coupling: np.ndarray, target_row: np.ndarray) -> np.ndarray:
+    """π(·|x̄_k): each row of the coupling divided by its own sum, not by D_k.
+
+    The LP's marginals hold to an absolute tolerance, so coupling[k] / D_k of a tuple with
+    D_k ~ 1e-12 is no law at all (its sum may be 0.9998). Normalising by the row's sum makes
+    every conditional a law and moves the output law Σ_k D_k π(·|x̄_k) by no more than that
+    tolerance. A row the solver left empty (D_k below the tolerance) emits from p: its weight
+    D_k bounds what that changes.
+    # coupling [K, vocab], target_row [vocab] -> [K, vocab]
+    """
+    sums = coupling.sum(axis=1, keepdims=True)
+    empty = sums[:, 0] <= 0
+    conditionals = coupling / np.where(empty[:, None], 1.0, sums)
+    conditionals[empty] = target_row
+    return conditionals
 
 
 @register_verifier
