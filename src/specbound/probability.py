@@ -189,17 +189,27 @@ def sample_from_torch(weights, uniforms, needed=None):
     zero-weight tokens are never chosen. Rows where ``needed`` is False may have zero
     mass and return an arbitrary token. The running sums and the uniforms are in float32
     at least: in bf16 a sum over a vocabulary stalls once it nears 1, and bf16 uniforms
-    lie on a grid of 2⁻⁸ there.
-    # weights [batch, vocab], uniforms [batch], needed [batch] bool -> [batch] long"""
+    lie on a grid of 2⁻⁸ there. ``uniforms`` of shape [batch, n] draw n tokens per row
+    independently from one running sum (n draws with replacement).
+    # weights [batch, vocab], uniforms [batch] or [batch, n], needed [batch] bool -> [batch] or [batch, n] long"""
     cumulative = torch.cumsum(weights, dim=-1, dtype=torch.promote_types(weights.dtype, torch.float32))
     totals = cumulative[:, -1]
     empty = totals <= 0
     if bool(torch.any(empty if needed is None else needed & empty)):
         raise ZeroResidualError("residual distribution has zero mass; a correct verifier never samples it")
-    index = torch.searchsorted(cumulative, (uniforms.to(cumulative.dtype) * totals)[:, None], right=True)[:, 0]
+    columns = uniforms.reshape(uniforms.shape[0], -1).to(cumulative.dtype) * totals[:, None]
+    index = torch.searchsorted(cumulative, columns, right=True)
     vocab = weights.shape[-1]
     last_positive = vocab - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.uint8), dim=-1)
-    return torch.minimum(index, last_positive)
+    index = torch.minimum(index, last_positive[:, None])
+    return index[:, 0] if uniforms.dim() == 1 else index
+
+
+def uniforms_torch(shape, generator, like):
+    """Uniforms in [0, 1) of ``shape`` for drawing from ``like``'s rows: float32 at least
+    (bf16 uniforms lie on a grid of 2⁻⁸ near 1), on ``like``'s device."""
+    return torch.rand(shape, generator=generator, dtype=torch.promote_types(like.dtype, torch.float32),
+                      device=like.device)
 
 
 def normalize_mass_torch(mass, rows):

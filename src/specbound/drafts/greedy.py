@@ -20,7 +20,7 @@ import torch
 
 from specbound.bounds import OptimalAcceptance
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
-from specbound.probability import sample_from, top_tokens, zeroed
+from specbound.probability import sample_from, sample_from_torch, top_tokens, uniforms_torch, zeroed
 
 
 def restricted_draft(draft: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -59,7 +59,8 @@ class GreedyDrafts(DraftScheme):
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
         top = top_tokens(draft_probs, num_drafts - 1)
-        last = torch.multinomial(draft_probs.scatter(1, top, 0.0), 1, generator=generator)
+        uniforms = uniforms_torch(draft_probs.shape[0], generator, draft_probs)
+        last = sample_from_torch(draft_probs.scatter(1, top, 0.0), uniforms)[:, None]
         return torch.cat([top, last], dim=1)
 
     def _enumerate(self, draft_row, num_drafts):
@@ -91,8 +92,9 @@ class SpecHubPairs(DraftScheme):
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
         hub = top_tokens(draft_probs, 1)
-        first = torch.multinomial(draft_probs, 1, generator=generator)
-        other = torch.multinomial(draft_probs.scatter(1, hub, 0.0), 1, generator=generator)
+        uniforms = uniforms_torch((draft_probs.shape[0], 2), generator, draft_probs)
+        first = sample_from_torch(draft_probs, uniforms[:, 0])[:, None]
+        other = sample_from_torch(draft_probs.scatter(1, hub, 0.0), uniforms[:, 1])[:, None]
         second = torch.where(first == hub, other, hub)
         return torch.cat([first, second], dim=1)
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import torch
 
 from specbound.bounds.subset import prefix_sums
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
-from specbound.probability import sample_from
+from specbound.probability import sample_from, sample_from_torch, uniforms_torch
 
 
 @register_scheme
@@ -28,7 +27,9 @@ class WithReplacement(DraftScheme):
         return np.stack([sample_from(draft, uniforms[:, i]) for i in range(num_drafts)], axis=1)
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
-        return torch.multinomial(draft_probs, num_drafts, replacement=True, generator=generator)
+        # inverse CDF from one running sum, as the numpy path draws (torch.multinomial costs
+        # ~3 ms on a 151,936-token row here, the running sum and search ~0.2 ms)
+        return sample_from_torch(draft_probs, uniforms_torch((draft_probs.shape[0], num_drafts), generator, draft_probs))
 
     def _enumerate(self, draft_row, num_drafts):
         tuples = list(itertools.product(support_tokens(draft_row), repeat=num_drafts))

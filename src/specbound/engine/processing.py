@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbound.probability import sample_from_torch
+from specbound.probability import sample_from_torch, uniforms_torch
 
 # float32: on a 150k vocabulary the per-node softmax and verifier ops cost about half of
 # float64's, and a row's sum is still within 1e-6 of 1 (the verifiers' tolerance).
@@ -102,5 +102,4 @@ def sample_tokens(probs: torch.Tensor, generator: torch.Generator) -> torch.Tens
     """One token per row drawn from ``probs`` by inverse CDF (one uniform per row; on a
     150k vocabulary several times faster than ``torch.multinomial``).
     # [rows, vocab] -> [rows] int64"""
-    uniforms = torch.rand(probs.shape[0], generator=generator, dtype=probs.dtype, device=probs.device)
-    return sample_from_torch(probs, uniforms)
+    return sample_from_torch(probs, uniforms_torch(probs.shape[0], generator, probs))
