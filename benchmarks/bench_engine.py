@@ -167,23 +167,33 @@ def main() -> int:
 
 
 def report(path: Path, labels: list[str]) -> None:
-    """Tokens/s per method and its ratios; for ours, tokens per target call."""
+    """Tokens/s per method and its ratios; for ours, tokens per target call and the share of
+    the decoding time (prefill excluded) spent outside the models' forwards."""
     tokens, seconds, calls = defaultdict(int), defaultdict(float), defaultdict(int)
+    decoding, outside = defaultdict(float), defaultdict(float)
     for record in map(json.loads, path.open()):
         tokens[record["method"]] += record["new_tokens"]
         seconds[record["method"]] += record["seconds"]
-        calls[record["method"]] += record["stats"].get("target_calls", 0)
+        stats = record["stats"] or {}
+        calls[record["method"]] += stats.get("target_calls", 0)
+        if "model_seconds" in stats:
+            spent = stats["wall_seconds"] - stats["seconds"]["prefill"]
+            decoding[record["method"]] += spent
+            outside[record["method"]] += spent - stats["model_seconds"]
     speed = {label: tokens[label] / seconds[label] for label in labels if seconds[label]}
     assisted = max(speed.get("hf assisted", 0.0), speed.get("hf assisted-4", 0.0))
     base_hf, base_ours = speed.get("hf generate"), speed.get("ours autoregressive")
-    print(f"| method | tokens/s | vs hf generate | vs better hf assisted | vs our autoregressive | tokens/call |")
-    print("|---|---|---|---|---|---|")
+    print("| method | tokens/s | vs hf generate | vs better hf assisted | vs our autoregressive | tokens/call "
+          "| outside models |")
+    print("|---|---|---|---|---|---|---|")
     for label in labels:
         if label not in speed:
             continue
         ratio = lambda base: f"{speed[label] / base:.2f}" if base else "—"  # noqa: E731
         per_call = f"{tokens[label] / calls[label]:.2f}" if calls[label] else ""
-        print(f"| {label} | {speed[label]:.2f} | {ratio(base_hf)} | {ratio(assisted)} | {ratio(base_ours)} | {per_call} |")
+        share = f"{outside[label] / decoding[label]:.1%}" if decoding[label] else ""
+        print(f"| {label} | {speed[label]:.2f} | {ratio(base_hf)} | {ratio(assisted)} | {ratio(base_ours)} "
+              f"| {per_call} | {share} |")
 
 
 if __name__ == "__main__":

@@ -142,6 +142,8 @@ class RunStats:
             "accepted_length_histogram": self.accepted_length_histogram,
             "seconds": dict(self.seconds),
             "wall_seconds": self.wall_seconds,
+            "model_seconds": self.model_seconds,
+            "outside_models": self.outside_models,
         }
 
 

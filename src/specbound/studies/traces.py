@@ -161,7 +161,7 @@ def generation_summary(pair: ModelPair, trace: Trace) -> dict:
     (wall-clock figures left out: they go to the timings file)."""
     engine = {
         key: value for key, value in trace.stats.to_dict().items()
-        if key not in ("seconds", "wall_seconds", "tokens_per_second")
+        if key not in ("seconds", "wall_seconds", "tokens_per_second", "model_seconds", "outside_models")
     }
     return {
         "prompt_tokens": len(trace.prompt_ids),
