@@ -223,6 +223,11 @@ class Decoder:
                                        [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
                 pending_counts.append(len(pending))
             scores = self.target.score(entries)
+            if len(active) > 1 or self.batch_heads:  # one head call for the rows every walk starts with
+                roots = [(row, count - 1) for row, count in enumerate(pending_counts)]
+                nodes = [(row, count - 1 + node) for row, (count, tree) in enumerate(zip(pending_counts, trees))
+                         for node in range(len(tree))] if self.batch_heads else []
+                scores.prefetch(roots + nodes)
         if observer is not None:
             for row, (tree, sequence) in enumerate(zip(trees, active)):
                 if len(tree) > 1:

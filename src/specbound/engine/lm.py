@@ -77,11 +77,28 @@ class Scores:
         self._head = head
         self.counts = counts  # new entries per row
         self._lm = lm
+        self._computed: dict[tuple[int, int], torch.Tensor] = {}  # (row, entry) -> [logits], from prefetch
+
+    def prefetch(self, pairs: list[tuple[int, int]]) -> None:
+        """Apply the head once to the (row, entry) pairs that will be asked for, so that a
+        batch pays one head call per step, not one per row (the head is a 151,936 × hidden
+        matrix: one call reads it whole, whatever its rows)."""
+        pairs = [pair for pair in dict.fromkeys(pairs) if pair not in self._computed]
+        if pairs:
+            for pair, logits in zip(pairs, self.logits_of(pairs)):
+                self._computed[pair] = logits
 
     def logits(self, row: int = 0, entries=None) -> torch.Tensor:
         """Logits of ``entries`` of ``row`` (a non-negative index, a list of them or a slice;
-        None = all of the row's new entries).
+        None = all of the row's new entries); prefetched ones are not computed again.
         # -> [k, logits] float32"""
+        if self._computed:
+            if entries is None or isinstance(entries, slice):
+                wanted = list(range(self.counts[row]))[entries or slice(None)]
+            else:
+                wanted = [int(entries)] if isinstance(entries, int) else [int(entry) for entry in entries]
+            if all((row, entry) in self._computed for entry in wanted):
+                return torch.stack([self._computed[row, entry] for entry in wanted])
         states = self._states[row, : self.counts[row]] if entries is None else self._states[row, entries]
         if states.ndim == 1:
             states = states[None]
