@@ -441,3 +441,30 @@ def test_default_pair_loads_shares_its_vocabulary_and_agrees_on_easy_code():
     total_variation = 0.5 * (target_logits.softmax(-1) - draft_logits.softmax(-1)).abs().sum()
     # Both are near-certain of " " here (measured TV 2e-4); broken weights would put TV near 1.
     assert total_variation < 0.05, f"TV(target, draft) = {total_variation:.3f} on an easy continuation"
+
+
+@pytest.mark.parametrize("float32_faster", [True, False])
+def test_float32_twins_prefill_only_where_float32_is_measured_faster(float32_faster, tiny_gguf, tmp_path,
+                                                                     monkeypatch):
+    """A bf16 pair keeps its float32 twins (scoring is float32 by definition), and its
+    decoders prefill with them only where the machine's probe says a long float32 forward
+    beats bf16; a float32 pair has none."""
+    from specbound.engine import Processing, costs
+    from specbound.models.pair import load_pair
+
+    monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(costs, "float32_beats_bf16", lambda: float32_faster)
+    path = str(tiny_gguf[1])
+    pair = load_pair(path, path, dtype=torch.bfloat16, progress=False)
+    assert pair.target_twin is not None and pair.draft_twin is not None
+    decoder = pair.decoder(Processing(), "model")
+    assert (decoder.target.prefill_model is pair.target_twin) == float32_faster
+    assert (decoder.target.prefill_model is None) == (not float32_faster)
+    assert (decoder.drafter.lm.prefill_model is not None) == float32_faster
+    assert load_pair(path, path, dtype=torch.float32, progress=False).target_twin is None
+
+
+def test_the_float32_probe_answers_with_a_bool():
+    from specbound.engine.costs import float32_beats_bf16
+
+    assert isinstance(float32_beats_bf16(rows=16, width=64, repeats=1), bool)

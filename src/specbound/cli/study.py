@@ -99,7 +99,8 @@ def _common(parser) -> None:
     parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="model dtype (bfloat16)")
     parser.add_argument("--no-twins", action="store_true",
-                        help="no float32 copies of bf16 models for prefill and scoring (saves ~8 GB, slower on CPU)")
+                        help="no float32 copies of bf16 models for scoring and prefill (saves ~8 GB; they "
+                             "prefill only where float32 is measured faster than bf16 on this CPU)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--batch-size", type=int,
                         help="units decoded together (default: the size measured to pay on this machine, "

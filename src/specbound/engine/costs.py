@@ -14,6 +14,7 @@ measured once; ``Costs`` interpolates between the measured row counts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -55,6 +56,31 @@ class Costs:
     @classmethod
     def from_json(cls, payload: dict) -> Costs:
         return cls({int(rows): float(seconds) for rows, seconds in payload.items()})
+
+
+@functools.cache
+def float32_beats_bf16(rows: int = 256, width: int = 1536, repeats: int = 3) -> bool:
+    """Whether a long forward runs faster in float32 than in bf16 on this CPU, measured: one
+    [rows × width] by [width × 4·width] product in each dtype (a prefill's MLP layer), the
+    minimum over ``repeats``; float32 wins when bf16 takes over 1.25× as long. True on an
+    AVX2-only CPU (bf16 is emulated there: ~4× slower), False with AVX512-BF16 or AMX (bf16
+    runs at about twice float32's speed). Well under a second, once per process."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn((rows, width), generator=generator)
+    weight = torch.randn((4 * width, width), generator=generator)
+
+    def seconds(dtype: torch.dtype) -> float:
+        x, w = inputs.to(dtype), weight.to(dtype)
+        best = float("inf")
+        with torch.no_grad():
+            torch.nn.functional.linear(x, w)  # first call: kernel selection
+            for _ in range(repeats):
+                started = time.perf_counter()
+                torch.nn.functional.linear(x, w)
+                best = min(best, time.perf_counter() - started)
+        return best
+
+    return seconds(torch.bfloat16) > 1.25 * seconds(torch.float32)
 
 
 def measure_costs(model: torch.nn.Module, rows=ROWS, context: int = CONTEXT, repeats: int = REPEATS) -> Costs:

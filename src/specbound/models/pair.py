@@ -12,7 +12,11 @@ in bf16 and ~5 s in float32, while one decoding step is fastest in bf16. With
 ``float32_twins`` a study keeps an exact float32 copy of each bf16 model: it prefills the
 prompt (``engine.CausalLM(prefill_model=)``) and runs the draft's scoring forward, and the
 bf16 model does every decoding step. Costs 4 bytes per parameter more memory (about 8 GB
-for the default pair).
+for the default pair). Where bf16 has matrix units (AVX512-BF16, AMX) a twin prefills more
+slowly than bf16 (a 150-token prefill of the default target: ~1.1 s in bf16, ~2.4 s in
+float32 on this project's AMD EPYC), so the decoders prefill with a twin only where a long
+float32 product is measured faster than bf16 (``engine.costs.float32_beats_bf16``); the
+scoring forward, float32 by definition (``studies.traces``), uses the twin everywhere.
 """
 
 from __future__ import annotations
@@ -55,14 +59,26 @@ class ModelPair:
         return dataclasses.replace(self, target=move(self.target), draft=move(self.draft),
                                    target_twin=move(self.target_twin), draft_twin=move(self.draft_twin))
 
+    @staticmethod
+    def prefill_twin(twin: torch.nn.Module | None) -> torch.nn.Module | None:
+        """``twin`` where a float32 prefill is measured faster than bf16 on this CPU, else None
+        (module docstring)."""
+        if twin is None or next(twin.parameters()).device.type != "cpu":
+            return None
+        from specbound.engine.costs import float32_beats_bf16
+
+        return twin if float32_beats_bf16() else None
+
     def decoder(self, processing, drafter: str = "model", stop_at_eos: bool = True):
         """An engine ``Decoder`` on this pair with ``processing``: drafting with the draft
         model (``"model"``), by prompt lookup (``"prompt-lookup"``), or not at all (``None``,
-        autoregressive only). The float32 twins, when the pair has them, prefill."""
+        autoregressive only). The float32 twins, when the pair has them, prefill where that
+        is measured to pay (``prefill_twin``)."""
         from specbound.engine import CausalLM, Decoder, ModelDrafter, PromptLookupDrafter
 
         drafters = {
-            "model": lambda: ModelDrafter(CausalLM(self.draft, prefill_model=self.draft_twin), processing),
+            "model": lambda: ModelDrafter(CausalLM(self.draft, prefill_model=self.prefill_twin(self.draft_twin)),
+                                          processing),
             "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size, device=next(self.target.parameters()).device),
             None: lambda: None,
         }
@@ -70,7 +86,7 @@ class ModelPair:
             raise ValueError(f"drafter: expected one of {[key for key in drafters if key]}, got {drafter!r}")
         if drafter == "model" and self.draft is None:
             raise ValueError("drafter: this pair was loaded without a draft model")
-        target = CausalLM(self.target, prefill_model=self.target_twin)
+        target = CausalLM(self.target, prefill_model=self.prefill_twin(self.target_twin))
         return Decoder(target, drafters[drafter](), processing, self.eos_token_ids if stop_at_eos else ())
 
     def auto_decoder(self, processing, draft_precisions=("bf16", "int8", "int4"), cache_dir=None,
@@ -101,11 +117,11 @@ class ModelPair:
                 draft_costs[precision] = book.costs(variants[precision], precision, device)
         planner = Planner(target_costs, draft_costs, **({} if candidates is None else {"candidates": candidates}))
         eos = self.eos_token_ids if stop_at_eos else ()
-        target = CausalLM(self.target, prefill_model=self.target_twin)
+        target = CausalLM(self.target, prefill_model=self.prefill_twin(self.target_twin))
         batch_heads = target_costs(16) <= 2 * target_costs(1)  # rows nearly free: one head call per step
         if self.draft is None:
             return Decoder(target, None, processing, eos, batch_heads), planner
-        draft = CausalLM(self.draft, prefill_model=self.draft_twin, variants=variants)
+        draft = CausalLM(self.draft, prefill_model=self.prefill_twin(self.draft_twin), variants=variants)
         drafter = ModelDrafter(draft, processing, planner.variant_for_rows)
         return Decoder(target, drafter, processing, eos, batch_heads), planner
 
