@@ -260,14 +260,19 @@ def test_a_tail_budget_that_is_not_a_small_number_is_refused():
             AcceptanceStudy(tail_budget=budget)
 
 
-def test_float32_twins_prefill_and_score_while_the_model_decodes():
-    """A bf16 pair with float32 twins: each twin runs the prompt's prefill once, the
-    draft twin also the one scoring forward; the target is never re-scored (the engine
-    recorded its rows), and every decoding step runs in bf16."""
+@pytest.mark.parametrize("float32_faster", [True, False])
+def test_float32_twins_prefill_and_score_while_the_model_decodes(float32_faster, monkeypatch):
+    """A bf16 pair with float32 twins: where float32 is measured faster (AVX2-only CPUs),
+    each twin runs the prompt's prefill once; everywhere the draft twin runs the one
+    scoring forward; the target is never re-scored (the engine recorded its rows), and
+    every decoding step runs in bf16."""
     import copy
     import dataclasses
 
+    from specbound.engine import costs
     from specbound.models.pair import float32_twin
+
+    monkeypatch.setattr(costs, "float32_beats_bf16", lambda: float32_faster)
 
     base = tiny_pair()
     target, draft = (copy.deepcopy(model).to(torch.bfloat16) for model in (base.target, base.draft))
@@ -280,10 +285,11 @@ def test_float32_twins_prefill_and_score_while_the_model_decodes():
     processing = Processing(temperature=1.0)
     trace = generate_trace(pair, processing, build_method("chain", gamma=2), prompt_ids, 6,
                            torch.Generator().manual_seed(0), stop_at_eos=False)
-    assert calls["target_twin"] == 1 and calls["draft_twin"] == 1
+    prefills = int(float32_faster)
+    assert calls["target_twin"] == prefills and calls["draft_twin"] == prefills
     decoding_calls = dict(calls)
     target_rows, draft_rows = trace_probs(pair, trace, processing)
-    assert calls["draft_twin"] == 2 and calls["target_twin"] == 1
+    assert calls["draft_twin"] == prefills + 1 and calls["target_twin"] == prefills
     assert calls["target"] == decoding_calls["target"] and calls["draft"] == decoding_calls["draft"]
     assert target_rows.shape == draft_rows.shape == (6, pair.vocab_size)
     np.testing.assert_array_equal(target_rows, trace.target_probs)
