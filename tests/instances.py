@@ -4,6 +4,25 @@ import numpy as np
 
 FIXTURE_A = (np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4]))
 FIXTURE_B = (np.array([0.5, 0.25, 0.15, 0.07, 0.03]), np.array([0.3, 0.3, 0.2, 0.1, 0.1]))
+FIXTURE_OPTIMUM = {
+    # (fixture, scheme, n): the α* rows of SPEC.md §4.4 (spechub = greedy with n = 2); the optimal
+    # verifier (the LP) reaches each
+    ("A", "with_replacement", 2): 0.790000,
+    ("A", "with_replacement", 3): 0.871000,
+    ("A", "without_replacement", 2): 0.834524,
+    ("A", "without_replacement", 3): 1.000000,
+    ("A", "greedy", 2): 0.766667,
+    ("A", "greedy", 3): 0.933333,
+    ("A", "spechub", 2): 0.766667,
+    ("A", "with_replacement", 1): 0.600000,
+    ("B", "with_replacement", 2): 1.0,
+    ("B", "with_replacement", 3): 1.0,
+    ("B", "without_replacement", 2): 1.0,
+    ("B", "without_replacement", 3): 1.0,
+    ("B", "greedy", 2): 1.0,
+    ("B", "greedy", 3): 1.0,
+    ("B", "with_replacement", 1): 0.800000,
+}
 
 
 def random_pair(rng: np.random.Generator, vocab: int, concentration: float = 0.7, zeros: bool = True):

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from instances import FIXTURE_A, FIXTURE_B, random_pair
+from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
 from specbound.bounds.race import RACE_ACCURACY, RACE_WINDOW, _race_horizon, race_all_in_mass
 from specbound.cli import main
@@ -19,24 +19,6 @@ def prefix_all_in_mass(draft_in_order, num_drafts, scheme):
     return get_draft_scheme(scheme).all_in_mass(draft_in_order, num_drafts)
 
 FIXTURES = {"A": FIXTURE_A, "B": FIXTURE_B}
-FIXTURE_OPTIMUM = {
-    # (fixture, scheme, n): the α* rows of SPEC.md §4.4 (spechub = greedy with n = 2)
-    ("A", "with_replacement", 2): 0.790000,
-    ("A", "with_replacement", 3): 0.871000,
-    ("A", "without_replacement", 2): 0.834524,
-    ("A", "without_replacement", 3): 1.000000,
-    ("A", "greedy", 2): 0.766667,
-    ("A", "greedy", 3): 0.933333,
-    ("A", "spechub", 2): 0.766667,
-    ("A", "with_replacement", 1): 0.600000,
-    ("B", "with_replacement", 2): 1.0,
-    ("B", "with_replacement", 3): 1.0,
-    ("B", "without_replacement", 2): 1.0,
-    ("B", "without_replacement", 3): 1.0,
-    ("B", "greedy", 2): 1.0,
-    ("B", "greedy", 3): 1.0,
-    ("B", "with_replacement", 1): 0.800000,
-}
 
 
 SCHEMES = ["with_replacement", "without_replacement", "greedy", "spechub"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy import stats
 
-from instances import FIXTURE_A, FIXTURE_B, random_pair
+from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.drafts import optimal_acceptance_bruteforce
 from specbound.drafts import get_draft_scheme
 from specbound.probability import as_target_and_draft, total_variation
@@ -39,18 +39,6 @@ FIXTURE_ACCEPTANCE = {
     ("B", "greedy", 2): 1.0,
     ("B", "greedy", 3): 1.0,
     ("B", "single", 1): 0.800000,
-}
-FIXTURE_OPTIMUM = {
-    # (fixture, scheme, n): α* from SPEC §4.4, reached by the optimal verifier
-    ("A", "with_replacement", 2): 0.790000,
-    ("A", "with_replacement", 3): 0.871000,
-    ("A", "without_replacement", 2): 0.834524,
-    ("A", "without_replacement", 3): 1.000000,
-    ("A", "greedy", 2): 0.766667,
-    ("A", "greedy", 3): 0.933333,
-    ("B", "with_replacement", 2): 1.0,
-    ("B", "without_replacement", 3): 1.0,
-    ("B", "greedy", 3): 1.0,
 }
 FIXTURES = {"A": FIXTURE_A, "B": FIXTURE_B}
 
