@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
           f"{args.temperature}, seed {args.seed}, drafter {args.drafter}")
     print(format_table(
         ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance"],
-        [[row["method"], row["tokens"], row["tokens_per_second"], row["speedup"],
-          row["tokens_per_target_call"], row["acceptance"]] for row in rows],
+        [[row["method"], row["tokens"], _shown(row["tokens_per_second"], 2), _shown(row["speedup"], 2, "×"),
+          _shown(row["tokens_per_target_call"], 2), _shown(row["acceptance"], 3)] for row in rows],
     ))
     for row in rows:
         if "plan" in row:
@@ -178,3 +178,8 @@ def register(subparsers) -> None:
     parser.add_argument("--threads", type=arguments.integer(1, os.cpu_count() or 1), default=None,
                         help="torch CPU threads (at most the CPU count)")
     parser.set_defaults(handler=run)
+
+
+def _shown(value, decimals: int, unit: str = "") -> str | None:
+    """A measured figure as the table shows it (the JSON keeps every digit); None stays None."""
+    return None if value is None else f"{value:.{decimals}f}{unit}"
