@@ -96,7 +96,8 @@ class Scores:
             if entries is None or isinstance(entries, slice):
                 wanted = list(range(self.counts[row]))[entries or slice(None)]
             else:
-                wanted = [int(entries)] if isinstance(entries, int) else [int(entry) for entry in entries]
+                many = hasattr(entries, "__len__") and not (torch.is_tensor(entries) and entries.dim() == 0)
+                wanted = [int(entry) for entry in entries] if many else [int(entries)]
             if all((row, entry) in self._computed for entry in wanted):
                 return torch.stack([self._computed[row, entry] for entry in wanted])
         states = self._states[row, : self.counts[row]] if entries is None else self._states[row, entries]
