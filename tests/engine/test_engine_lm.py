@@ -204,3 +204,30 @@ def test_a_single_chain_uses_no_mask_and_still_scores_exactly(monkeypatch):
     lm.commit([[0]])  # keep a prefix of the chain: nothing moves
     score_tree(lm, [3, 4], [-1, -1])
     assert built  # a tree needs the mask
+
+
+def test_prefetched_logits_are_the_computed_ones_from_one_head_call():
+    """A batched step applies the head once for every row's entries it will ask for; asked
+    for then — by list, array, tensor or scalar — they are the logits computed one by one,
+    and entries not prefetched are still computed."""
+    import numpy as np
+
+    from specbound.engine.lm import Scores
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(4, 3, bias=False)
+    calls = []
+    head.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[0]))
+    states = torch.randn(2, 3, 4)
+    expected = Scores(states, head, [3, 2]).logits(1, [0, 1])
+    scores = Scores(states, head, [3, 2])
+    calls.clear()
+    scores.prefetch([(0, 0), (1, 0), (1, 1), (1, 0)])
+    assert calls == [3]  # one call, the repeated pair once
+    for entries in ([0, 1], np.array([0, 1]), torch.tensor([0, 1])):
+        torch.testing.assert_close(scores.logits(1, entries), expected)
+    for entry in (1, np.int64(1), torch.tensor(1)):
+        torch.testing.assert_close(scores.logits(1, entry), expected[1:2])
+    torch.testing.assert_close(scores.logits(1), expected)
+    assert calls == [3]
+    assert scores.logits(0).shape == (3, 3) and calls == [3, 3]  # row 0's entries 1, 2 were not prefetched
