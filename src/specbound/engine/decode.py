@@ -104,8 +104,9 @@ class Decoder:
     """Target model + drafter + the shared logits processing; ``generate`` and
     ``generate_batch`` run a method.
 
-    ``batch_heads``: apply the target's output head to every node of a step's tree in one
-    call at the first verification, instead of node by node as the walk reaches them. It
+    ``batch_heads``: apply the target's output head to every node of a step's tree (of every
+    row) in one call right after the target's forward (``Scores.prefetch``), instead of node
+    by node as the walk reaches them; a batch of rows always gets its roots in one call. It
     pays where a matrix product of k rows costs about one row's (AVX512-BF16, AMX, a GPU:
     the target's head alone is ~30 ms a call on the default pair), not where the cost is
     linear in rows (AVX2); ``ModelPair.auto_decoder`` decides it from the measured costs."""
@@ -262,13 +263,9 @@ class Decoder:
         ``root_entry + i`` of the row's scores."""
         node, path, emitted, rows = 0, [], [], []
         generator = sequence.generator
-        every = None
-        if self.batch_heads and len(tree) > 1:
-            with stats.timed("target"):
-                every = scores.logits(row, [root_entry + i for i in range(len(tree))])  # [nodes, logits]
         while True:
-            with stats.timed("target"):
-                logits = scores.logits(row, root_entry + node) if every is None else every[node : node + 1]
+            with stats.timed("target"):  # prefetched by _step for batches and batch_heads
+                logits = scores.logits(row, root_entry + node)  # [1, logits]
             with stats.timed("verify"):
                 target_probs = self.processing.probs(logits)  # [1, vocab]
                 rows.append(target_probs)
