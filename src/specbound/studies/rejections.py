@@ -99,11 +99,12 @@ class RejectionsStudy(Study):
             try:
                 config.method(self.max_new_tokens)
             except ValueError as error:
-                to_horizon = config.lookahead is None or config.lookahead >= self.max_new_tokens
                 if config.num_drafts > 1:
                     fields = "batch_sizes, batch_lookahead"
+                elif config.lookahead is None or config.lookahead >= self.max_new_tokens:
+                    fields = "max_new_tokens (the horizon of lookahead inf)"
                 else:
-                    fields = "max_new_tokens (the horizon of lookahead inf)" if to_horizon else "lookaheads"
+                    fields = "lookaheads"
                 raise ValueError(f"{fields}: {error}") from None
         self.top_k, self.top_p = top_k, top_p
 

@@ -34,9 +34,10 @@ def _conditionals(coupling: np.ndarray, target_row: np.ndarray) -> np.ndarray:
 
     The LP's marginals hold to an absolute tolerance, so coupling[k] / D_k of a tuple with
     D_k ~ 1e-12 is no law at all (its sum may be 0.9998). Normalising by the row's sum makes
-    every conditional a law and moves the output law Σ_k D_k π(·|x̄_k) by no more than that
-    tolerance. A row the solver left empty (D_k below the tolerance) emits from p: its weight
-    D_k bounds what that changes.
+    every conditional a law and moves the output law Σ_k D_k π(·|x̄_k) by at most
+    Σ_k |D_k − Σ_y coupling[k, y]| in total variation, the LP's row-marginal residuals. A row
+    the solver left empty (D_k below the tolerance) emits from p: its weight D_k bounds what
+    that changes.
     # coupling [K, vocab], target_row [vocab] -> [K, vocab]
     """
     sums = coupling.sum(axis=1, keepdims=True)
