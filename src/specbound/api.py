@@ -49,13 +49,12 @@ class Speculator:
                  dtype: torch.dtype = torch.bfloat16, target_precision: str = "bf16",
                  draft_precisions=("bf16", "int8", "int4"), device: str = "cpu", progress: bool = True,
                  drafter: str = "model", pair=None):
-        from specbound.models.pair import load_pair
+        from specbound.models.pair import checked_device, load_pair
         from specbound.models.quantize import quantize
 
         if drafter not in ("model", "prompt-lookup"):
             raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
-        if device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device: cuda asked for, but torch sees no CUDA device on this machine")
+        checked_device(device)  # before any model loads
         if drafter == "prompt-lookup":
             draft = None
         elif (pair.draft if pair is not None else draft) is None:

@@ -468,3 +468,18 @@ def test_the_float32_probe_answers_with_a_bool():
     from specbound.engine.costs import float32_beats_bf16
 
     assert isinstance(float32_beats_bf16(rows=16, width=64, repeats=1), bool)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_cuda_without_a_device_is_refused_before_any_model_loads(monkeypatch):
+    from specbound import Speculator
+    from specbound.models import pair as pair_module
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(pair_module, "load_pair", no_load)
+    for refuse in (lambda: pair_module.checked_device("cuda"), lambda: Speculator(device="cuda")):
+        with pytest.raises(ValueError, match="device: cuda asked for, but torch sees no CUDA device"):
+            refuse()
+    assert pair_module.checked_device("cpu") == torch.device("cpu")

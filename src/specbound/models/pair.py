@@ -52,9 +52,7 @@ class ModelPair:
 
     def to(self, device) -> ModelPair:
         """The pair on ``device`` ("cpu", "cuda", ...)."""
-        device = torch.device(device)
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device: CUDA is not available here")
+        device = checked_device(device)
         move = (lambda model: None if model is None else model.to(device))
         return dataclasses.replace(self, target=move(self.target), draft=move(self.draft),
                                    target_twin=move(self.target_twin), draft_twin=move(self.draft_twin))
@@ -124,6 +122,14 @@ class ModelPair:
         draft = CausalLM(self.draft, prefill_model=self.prefill_twin(self.draft_twin), variants=variants)
         drafter = ModelDrafter(draft, processing, planner.variant_for_rows)
         return Decoder(target, drafter, processing, eos, batch_heads), planner
+
+
+def checked_device(device) -> torch.device:
+    """``device`` as a torch device, refused (ValueError naming it) where torch cannot use it."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: cuda asked for, but torch sees no CUDA device on this machine")
+    return device
 
 
 def float32_twin(model: torch.nn.Module) -> torch.nn.Module:
