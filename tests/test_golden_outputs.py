@@ -21,7 +21,11 @@ The intended changes, each a consequence of reading one registry, are listed in
 One later change re-recorded the engine's tokens and the studies' records (and nothing
 else): the draft schemes' torch samplers draw by inverse CDF from one running sum, with
 float32 uniforms, as their numpy twins do, instead of ``torch.multinomial`` (~3 ms on a
-151,936-token row against ~0.2 ms) — the same law, so other tokens for a given seed.
+151,936-token row against ~0.2 ms) — the same law, so other tokens for a given seed. A
+second one re-recorded the tokens of the trees drafted without replacement (only those):
+their torch sampler draws sequentially by inverse CDF, each draft from q with the earlier
+ones zeroed, instead of an exponential race (one exponential per token, ~3.5 ms a row) —
+the same law, other tokens for a given seed.
 """
 
 import json

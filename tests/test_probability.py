@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from specbound.probability import top_tokens
+from specbound.probability import sample_from, sample_from_torch, top_tokens
 
 
 def test_top_tokens_equal_a_stable_sort_with_ties(rng):
@@ -14,3 +14,18 @@ def test_top_tokens_equal_a_stable_sort_with_ties(rng):
         expected = np.argsort(-draft, axis=-1, kind="stable")[:, :count]
         np.testing.assert_array_equal(top_tokens(draft, count), expected)
         np.testing.assert_array_equal(top_tokens(torch.tensor(draft), count).numpy(), expected)
+
+
+def test_the_torch_sampler_draws_what_its_numpy_twin_draws(rng):
+    """Inverse CDF from the same uniforms: the same token, never one of weight 0 — also at
+    the extreme uniforms and on rows of mostly zeros (where the last positive token matters)."""
+    for _ in range(300):
+        vocab, batch = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        weights = rng.random((batch, vocab)) * (rng.random((batch, vocab)) < 0.3)
+        weights[np.arange(batch), rng.integers(0, vocab, batch)] += rng.random(batch) + 1e-300
+        uniforms = rng.random(batch)
+        uniforms[rng.random(batch) < 0.3] = np.nextafter(1.0, 0.0)
+        uniforms[rng.random(batch) < 0.2] = 0.0
+        drawn = sample_from_torch(torch.tensor(weights), torch.tensor(uniforms)).numpy()
+        np.testing.assert_array_equal(drawn, sample_from(weights, uniforms))
+        assert np.all(weights[np.arange(batch), drawn] > 0)

@@ -174,7 +174,15 @@ def top_tokens(draft_probs, count: int):
         return top_tokens(torch.from_numpy(np.ascontiguousarray(draft_probs)), count).numpy()
     if count == 0:
         return torch.zeros((draft_probs.shape[0], 0), dtype=torch.long, device=draft_probs.device)
-    kth = torch.topk(draft_probs, count, dim=-1).values[:, -1:]
+    if count < draft_probs.shape[-1]:
+        values, indices = torch.topk(draft_probs, count + 1, dim=-1)
+        if bool(torch.all(values[:, count - 1] > values[:, count])):  # no tie across the cut: the set is known
+            tokens = torch.sort(indices[:, :count], dim=-1).values  # id order, as below
+            order = torch.sort(draft_probs.gather(1, tokens), dim=-1, descending=True, stable=True).indices
+            return tokens.gather(1, order)
+        kth = values[:, count - 1 : count]
+    else:
+        kth = torch.topk(draft_probs, count, dim=-1).values[:, -1:]
     above, tied = draft_probs > kth, draft_probs == kth
     needed = count - above.sum(dim=-1, keepdim=True)
     chosen = above | (tied & (torch.cumsum(tied, dim=-1) <= needed))
@@ -198,10 +206,15 @@ def sample_from_torch(weights, uniforms, needed=None):
     if bool(torch.any(empty if needed is None else needed & empty)):
         raise ZeroResidualError("residual distribution has zero mass; a correct verifier never samples it")
     columns = uniforms.reshape(uniforms.shape[0], -1).to(cumulative.dtype) * totals[:, None]
-    index = torch.searchsorted(cumulative, columns, right=True)
     vocab = weights.shape[-1]
-    last_positive = vocab - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.uint8), dim=-1)
-    index = torch.minimum(index, last_positive[:, None])
+    index = torch.searchsorted(cumulative, columns, right=True).clamp_(max=vocab - 1)
+    # The first i with C(i) > u·total has C(i) > C(i − 1), so weight i > 0: a running sum of
+    # non-negative terms does not grow by adding 0. Only u·total rounded up to the total
+    # runs past the end (clamped above onto a token that may weigh 0): those rows take the
+    # last positive token, found only when one occurs (a pass over the vocabulary saved).
+    if bool(torch.any(weights.gather(1, index) <= 0)):
+        last_positive = vocab - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.uint8), dim=-1)
+        index = torch.minimum(index, last_positive[:, None])
     return index[:, 0] if uniforms.dim() == 1 else index
 
 
