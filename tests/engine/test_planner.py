@@ -65,3 +65,17 @@ def test_auto_draws_the_same_tokens_for_the_same_seed(target_model, draft_model)
         decoder, planner = auto_decoder(target_model, draft_model, Processing())
         runs.append(decoder.generate([1, 2], planner, 30, torch.Generator().manual_seed(4)).tokens)
     assert runs[0] == runs[1]
+
+
+def test_a_planner_kept_across_generations_plans_from_what_it_saw(target_model, draft_model):
+    """Only the plans before any verification are optimistic: the second generation starts
+    from the acceptance seen in the first (it started from the optimistic prior again, and
+    spent its first plan on a guess)."""
+    decoder, planner = auto_decoder(target_model, draft_model, Processing())
+    generator = torch.Generator().manual_seed(0)
+    decoder.generate([1], planner, 12, generator)
+    first = len(planner.history)
+    assert planner._optimistic_plans[0] and planner._attempts
+    expected = planner.best().candidate.label
+    decoder.generate([1], planner, 12, generator)
+    assert planner.history[first][1] == expected and not any(planner._optimistic_plans[1:])

@@ -17,10 +17,12 @@ E = Σ_{k≤γ} Π_{d<k} a(d, 1); a tree is predicted the same way along its acc
 the children its shape gives a path node; a candidate that has run long enough is predicted
 from its own mean accepted length. Before anything ran, a(d, k) = 1 − (1 − a₀)·ρ^{k−1}
 with the prior single-draft acceptance a₀ and ρ the share of the rejected mass a further
-draft recovers. The first plan is optimistic (a₀ = ``OPTIMISTIC_ACCEPTANCE``): where even
-that cannot beat plain decoding — a CPU on which a forward costs time linear in its rows —
-autoregressive decoding is chosen and nothing is drafted at all, so ``auto`` is never
-slower than it by more than its bookkeeping.
+draft recovers. The plans made before any verification was seen are optimistic (a₀ =
+``OPTIMISTIC_ACCEPTANCE``): where even that cannot beat plain decoding — a CPU on which a
+forward costs time linear in its rows — autoregressive decoding is chosen and nothing is
+drafted at all, so ``auto`` is never slower than it by more than its bookkeeping. A planner
+kept across generations (as a server keeps it) plans the next one from what it has seen,
+not from the optimistic prior again.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ class Planner:
     _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
     current: Candidate | None = None
     history: list = field(default_factory=list)  # (step, candidate label, predicted tokens/s)
+    _optimistic_plans: list = field(default_factory=list)  # per history entry: made on the optimistic prior
 
     def __post_init__(self):
         if not self.draft_costs:
@@ -108,11 +111,15 @@ class Planner:
         return max(method.depth for method in self._methods.values())
 
     def method_for(self, step: int) -> Method:
-        """The method of step ``step`` (0, 1, ...): re-planned every ``replan_every`` steps."""
+        """The method of step ``step`` (0, 1, ...): re-planned every ``replan_every`` steps,
+        optimistically only while no verification has been seen (a planner kept across
+        generations, as a server keeps it, starts the next one from what it learnt)."""
         if self.current is None or step % self.replan_every == 0:
-            best = self.best(optimistic=step == 0)
+            optimistic = not self._attempts
+            best = self.best(optimistic=optimistic)
             self.current = best.candidate
             self.history.append((step, best.candidate.label, best.tokens_per_second))
+            self._optimistic_plans.append(optimistic)
         return self._methods[self.current]
 
     def observe(self, method: Method, tree, outcome_path: list[int]) -> None:
@@ -190,9 +197,9 @@ class Planner:
 
     def summary(self) -> tuple[str, float | None]:
         """(the plans chosen, each with its share of the plans made; the mean tokens/s they
-        predicted), the first optimistic plan of each generation left out where there are
-        others."""
-        history = [entry for entry in self.history if entry[0] > 0] or self.history
+        predicted), the optimistic plans left out where there are others."""
+        history = [entry for entry, optimistic in zip(self.history, self._optimistic_plans)
+                   if not optimistic] or self.history
         if not history:
             return "", None
         shares: dict[str, int] = {}
