@@ -79,3 +79,24 @@ def test_a_planner_kept_across_generations_plans_from_what_it_saw(target_model, 
     expected = planner.best().candidate.label
     decoder.generate([1], planner, 12, generator)
     assert planner.history[first][1] == expected and not any(planner._optimistic_plans[1:])
+
+
+def test_one_draft_acceptance_comes_from_the_overlap_of_every_verified_node():
+    """A budgeted tree gives one child where its draft is confident, so the descents of its
+    one-child nodes overstate what a chain would see. Here every one-child node descends
+    but p and q overlap by 0.5 at every node: a(d, 1) follows Σ min(p, q) (→ 0.5), not the
+    descents (→ 1)."""
+    from specbound.engine.tree import DraftTree
+
+    vocab = 4
+    target = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
+    draft = torch.tensor([0.0, 0.5, 0.5, 0.0])  # Σ min(p, q) = 0.5
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    chain = next(method for candidate, method in planner._methods.items() if candidate.label == "chain γ=1")
+    for _ in range(200):
+        tree = DraftTree.root_only(0)
+        tree.expand(0, draft, torch.tensor([1]), "with_replacement")
+        planner.observe(chain, tree, [1], [target, torch.full((1, vocab), 0.25)])
+    assert planner._accepts[(0, 1)] == planner._attempts[(0, 1)] == 200
+    assert abs(planner.acceptance(0, 1) - 0.5) < 0.03
+    assert abs(planner.acceptance(3, 1) - 0.5) < 0.03  # the pooled single-draft prior, too

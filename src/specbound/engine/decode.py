@@ -178,7 +178,7 @@ class Decoder:
             if planner is not None:
                 for tree, outcome in trees_and_outcomes:
                     if len(tree) > 1:
-                        planner.observe(current, tree, outcome.path)
+                        planner.observe(current, tree, outcome.path, outcome.target_probs)
             step += 1
             for sequence, outcome in zip(active, outcomes):
                 emitted = self._emit(sequence, outcome, max_new_tokens, record_target_probs)

@@ -12,7 +12,9 @@ steps run: with the same cost book and seed, ``auto`` draws the same tokens ever
 
 **Acceptance** comes from the steps already run. Every verification records its depth, the
 number of drafts at the node and whether it descended (``RunStats``); the planner pools
-them into a(d, k) = P(descend | a node at depth d with k drafts). A chain of γ accepts
+them into a(d, k) = P(descend | a node at depth d with k drafts) — for k = 1 from the exact
+single-draft acceptance Σ min(p, q) of every node verified at depth d, which a budgeted
+tree's choice of which nodes get one child does not bias (``Planner.acceptance``). A chain of γ accepts
 E = Σ_{k≤γ} Π_{d<k} a(d, 1); a tree is predicted the same way along its accepted path with
 the children its shape gives a path node; a candidate that has run long enough is predicted
 from its own mean accepted length. Before anything ran, a(d, k) = 1 − (1 − a₀)·ρ^{k−1}
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import torch
 
 from specbound.engine.costs import Costs
 from specbound.engine.methods import Budget, Levels, Method, build_method
@@ -94,6 +98,7 @@ class Planner:
     name: str = "auto"
     _attempts: dict = field(default_factory=dict)  # (depth, drafts) -> verifications
     _accepts: dict = field(default_factory=dict)  # (depth, drafts) -> descents
+    _overlaps: dict = field(default_factory=dict)  # depth -> (Σ of Σ min(p, q) over verified nodes, nodes)
     _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
     current: Candidate | None = None
     history: list = field(default_factory=list)  # (step, candidate label, predicted tokens/s)
@@ -122,9 +127,11 @@ class Planner:
             self._optimistic_plans.append(optimistic)
         return self._methods[self.current]
 
-    def observe(self, method: Method, tree, outcome_path: list[int]) -> None:
+    def observe(self, method: Method, tree, outcome_path: list[int], target_rows=None) -> None:
         """Learn from one verified step of ``method``: which nodes were verified, how many
-        drafts each had, where it descended."""
+        drafts each had, where it descended; with ``target_rows`` (the target's row at each
+        visited node, root first: ``StepOutcome.target_probs``) also each visited node's
+        exact single-draft acceptance Σ min(p, q)."""
         candidate = next(c for c, m in self._methods.items() if m is method)
         own = self._own.setdefault(candidate, [0, 0, 0])
         own[0] += 1
@@ -134,10 +141,15 @@ class Planner:
         for position, node in enumerate(visited):
             if node not in tree.draft_tokens:
                 break
-            key = (tree.depths[node], len(tree.children[node]))
+            depth = tree.depths[node]
+            key = (depth, len(tree.children[node]))
             self._attempts[key] = self._attempts.get(key, 0) + 1
             descended = position + 1 < len(visited)
             self._accepts[key] = self._accepts.get(key, 0) + int(descended)
+            if target_rows is not None and position < len(target_rows):
+                overlap = float(torch.minimum(target_rows[position].reshape(-1), tree.draft_probs[node]).sum())
+                total, count = self._overlaps.get(depth, (0.0, 0))
+                self._overlaps[depth] = (total + overlap, count + 1)
 
     # -- predictions ---------------------------------------------------------------------------
     def best(self, optimistic: bool = False) -> Prediction:
@@ -152,15 +164,28 @@ class Planner:
         """a(d, k): P(descend | a node at depth d with k drafts): the verifications seen at
         (d, k), shrunk toward the prior 1 − (1 − a₀)·ρ^{k−1}, where a₀ is the single-draft
         acceptance pooled over every depth seen (``prior_acceptance`` before any). The
-        optimistic value never falls below the optimistic prior."""
-        attempts = sum(count for (_, k), count in self._attempts.items() if k == 1)
-        accepts = sum(count for (_, k), count in self._accepts.items() if k == 1)
-        single = (accepts + PSEUDO_COUNT * self.prior_acceptance) / (attempts + PSEUDO_COUNT)
+        optimistic value never falls below the optimistic prior.
+
+        For k = 1 the planner uses, where it has them, the exact single-draft acceptances
+        Σ min(p, q) of every node verified at depth d, whatever its number of drafts: the
+        descents of one-draft nodes alone are biased upward by a budgeted tree, which gives
+        one child to the nodes its draft is confident at (on humaneval they predicted chain
+        γ = 8 at 16.6 tokens/s after eight steps of sparse trees; it ran at ~12)."""
+        if self._overlaps:
+            single_hits = sum(total for total, _ in self._overlaps.values())
+            single_seen = sum(count for _, count in self._overlaps.values())
+        else:
+            single_seen = sum(count for (_, k), count in self._attempts.items() if k == 1)
+            single_hits = sum(count for (_, k), count in self._accepts.items() if k == 1)
+        single = (single_hits + PSEUDO_COUNT * self.prior_acceptance) / (single_seen + PSEUDO_COUNT)
         if optimistic:
             single = max(single, OPTIMISTIC_ACCEPTANCE)
         prior = 1.0 - (1.0 - single) * RECOVERED_SHARE ** (drafts - 1)
-        seen = self._attempts.get((depth, drafts), 0)
-        observed = (self._accepts.get((depth, drafts), 0) + PSEUDO_COUNT * prior) / (seen + PSEUDO_COUNT)
+        if drafts == 1 and depth in self._overlaps:
+            hits, seen = self._overlaps[depth]
+        else:
+            hits, seen = self._accepts.get((depth, drafts), 0), self._attempts.get((depth, drafts), 0)
+        observed = (hits + PSEUDO_COUNT * prior) / (seen + PSEUDO_COUNT)
         return max(prior, observed) if optimistic else observed
 
     def _accepted(self, candidate: Candidate, method: Method, optimistic: bool) -> float:
