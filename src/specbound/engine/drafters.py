@@ -29,7 +29,9 @@ def draw_drafts(scheme_name: str, num_drafts: int, draft_probs: torch.Tensor, ge
     many as the law allows (``DraftScheme.effective_num_drafts``, ``for_num_drafts``).
     # draft_probs [vocab] -> [num_drafts'] long"""
     scheme = get_draft_scheme(scheme_name)
-    count = scheme.effective_num_drafts(num_drafts, int((draft_probs > 0).sum()))
+    count = num_drafts
+    if num_drafts > 1 and scheme.needs_distinct_support:  # the support matters only then (a pass over the vocabulary)
+        count = scheme.effective_num_drafts(num_drafts, int((draft_probs > 0).sum()))
     return scheme.for_num_drafts(count).sample_torch(draft_probs[None], count, generator)[0]
 
 
