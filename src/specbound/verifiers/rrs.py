@@ -77,7 +77,9 @@ def _rrs_steps(target, draft, tokens, without_replacement, decide):
 
 def _rrs_torch(target, draft, tokens, uniforms, without_replacement):
     """Torch twin of the sampling walk of ``_rrs_steps``; no loop over batch or vocabulary.
-    # target, draft [batch, vocab], tokens [batch, n], uniforms [batch, n + 1] -> [batch]"""
+    Like it, it stops once every row has taken a draft (the usual case after the first): the
+    residuals and the final draw are then never needed, and the uniforms were drawn up front,
+    so stopping changes no token. # target, draft [batch, vocab], tokens [batch, n], uniforms [batch, n + 1] -> [batch]"""
     emitted = torch.full(tokens.shape[:1], -1, dtype=torch.long, device=tokens.device)
     pending = torch.ones(tokens.shape[:1], dtype=torch.bool, device=tokens.device)
     current_target, current_draft = target, draft
@@ -87,6 +89,8 @@ def _rrs_torch(target, draft, tokens, uniforms, without_replacement):
         taken = pending & (uniforms[:, i] < accept)
         emitted = torch.where(taken, token[:, 0], emitted)
         pending = pending & ~taken
+        if not bool(pending.any()):  # one sync per draft: saves several passes over the vocabulary
+            return emitted
         residual = residual_law((current_target - current_draft).clamp_min(0.0), current_target)
         current_target = torch.where(pending[:, None], residual, current_target)
         if without_replacement and i + 1 < tokens.shape[1]:
