@@ -99,10 +99,13 @@ def test_auto_prints_its_plan_with_predicted_and_measured_speed(tiny_dirs, tmp_p
     assert run_command(tiny_dirs, tmp_path / "out", "--methods", "autoregressive,auto",
                        "--draft-precisions", "bf16") == 0
     printed = capsys.readouterr().out
-    assert "auto: plans " in printed and "tokens/s, measured" in printed
+    assert "auto: plans " in printed and "tokens/s in decoding, measured" in printed
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     auto = next(row for row in summary["methods"] if row["method"] == "auto")
     assert auto["predicted_tokens_per_second"] > 0 and auto["plan"]
+    # measured like the prediction, prefill left out (so faster than with it), and printed so
+    assert auto["decoding_tokens_per_second"] > auto["tokens_per_second"] > 0
+    assert f"measured {auto['decoding_tokens_per_second']:.2f} in decoding" in printed
     assert (tmp_path / "cache" / "costs.json").exists()
 
 

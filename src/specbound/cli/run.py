@@ -52,6 +52,7 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
             "method": label,
             "tokens": stats.tokens_generated,
             "tokens_per_second": stats.tokens_per_second,
+            "decoding_tokens_per_second": stats.decoding_tokens_per_second,
             "speedup": speedup,
             "tokens_per_target_call": stats.tokens_per_target_call,
             "acceptance": stats.acceptance_rate if stats.attempts_by_position else None,
@@ -134,8 +135,9 @@ def run(args: argparse.Namespace) -> int:
         if "plan" in row:
             predicted = row["predicted_tokens_per_second"]
             print(f"\n{row['method']}: plans {row['plan'] or '-'}; predicted "
-                  f"{'-' if predicted is None else f'{predicted:.2f}'} tokens/s, measured "
-                  f"{row['tokens_per_second']:.2f}")
+                  f"{'-' if predicted is None else f'{predicted:.2f}'} tokens/s in decoding, measured "
+                  f"{row['decoding_tokens_per_second']:.2f} in decoding "
+                  f"({row['tokens_per_second']:.2f} with each prompt's prefill)")
     print(f"\nresults: {results_path}\nplot: {plot_path}\n")
     print(f"prompt {prompts[args.show].id}: {prompts[args.show].text}")
     for label, text in texts.items():

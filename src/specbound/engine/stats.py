@@ -90,6 +90,12 @@ class RunStats:
         return self.tokens_generated / self.wall_seconds if self.wall_seconds else 0.0
 
     @property
+    def decoding_tokens_per_second(self) -> float:
+        """Tokens per second of decoding, the prefill left out (what the planner predicts)."""
+        decoding = self.wall_seconds - self.seconds["prefill"]
+        return self.tokens_generated / decoding if decoding > 0 else 0.0
+
+    @property
     def acceptance_by_position(self) -> list[float]:
         """P(the verifier descends | a verification happened at depth k), k = 0, 1, ..."""
         return [
