@@ -100,3 +100,24 @@ def test_one_draft_acceptance_comes_from_the_overlap_of_every_verified_node():
     assert planner._accepts[(0, 1)] == planner._attempts[(0, 1)] == 200
     assert abs(planner.acceptance(0, 1) - 0.5) < 0.03
     assert abs(planner.acceptance(3, 1) - 0.5) < 0.03  # the pooled single-draft prior, too
+
+
+def test_a_budgeted_tree_is_predicted_with_the_children_its_path_nodes_had():
+    """A budget spreads its nodes over the tree: here the accepted path's nodes had one child
+    each and the tree ended at depth 2, so the prediction is a(0, 1) + a(0, 1)·a(1, 1) — not
+    the shape's most children at every depth down to its full depth."""
+    from specbound.engine.tree import DraftTree
+
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    candidate, method = next((c, m) for c, m in planner._methods.items() if m.name.startswith("sparse 6/4"))
+    draft = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    before = planner._accepted(candidate, method, optimistic=False)
+    for _ in range(4):
+        tree = DraftTree.root_only(0)
+        first = tree.expand(0, draft, torch.tensor([1]), "with_replacement")[0]
+        second = tree.expand(first, draft, torch.tensor([0]), "with_replacement")[0]
+        planner.observe(method, tree, [first, second])
+    a0, a1 = planner.acceptance(0, 1), planner.acceptance(1, 1)
+    assert planner._path_children[candidate] == {0: {1: 4}, 1: {1: 4}, 2: {0: 4}}
+    assert abs(planner._accepted(candidate, method, optimistic=False) - (a0 + a0 * a1)) < 1e-12
+    assert before > a0 + a0 * a1 + 0.5  # two children at each of its 3 budgeted depths: 2.44 here
