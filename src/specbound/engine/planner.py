@@ -16,7 +16,8 @@ them into a(d, k) = P(descend | a node at depth d with k drafts) — for k = 1 f
 single-draft acceptance Σ min(p, q) of every node verified at depth d, which a budgeted
 tree's choice of which nodes get one child does not bias (``Planner.acceptance``). A chain of γ accepts
 E = Σ_{k≤γ} Π_{d<k} a(d, 1); a tree is predicted the same way along its accepted path with
-the children its shape gives a path node; a candidate that has run long enough is predicted
+the children its shape gives a path node (for a budgeted tree, the children its path nodes
+had in the steps run: ``Planner._path_mix``); a candidate that has run long enough is predicted
 from its own mean accepted length. Before anything ran, a(d, k) = 1 − (1 − a₀)·ρ^{k−1}
 with the prior single-draft acceptance a₀ and ρ the share of the rejected mass a further
 draft recovers. The plans made before any verification was seen are optimistic (a₀ =
