@@ -121,3 +121,25 @@ def test_a_budgeted_tree_is_predicted_with_the_children_its_path_nodes_had():
     assert planner._path_children[candidate] == {0: {1: 4}, 1: {1: 4}, 2: {0: 4}}
     assert abs(planner._accepted(candidate, method, optimistic=False) - (a0 + a0 * a1)) < 1e-12
     assert before > a0 + a0 * a1 + 0.5  # two children at each of its 3 budgeted depths: 2.44 here
+
+
+def test_a_depth_no_plan_reached_is_predicted_from_the_depth_above_it():
+    """Chains of γ = 5 verify nothing at depths 5–7; their one-draft acceptance follows the
+    deepest depth seen (0.95 here), not the mean over all depths that the hard first depth
+    (0.5) pulls down — which made deeper chains look worse than they run."""
+    from specbound.engine.tree import DraftTree
+
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    chain = next(method for candidate, method in planner._methods.items() if candidate.label == "chain γ=5")
+    draft = torch.tensor([0.5, 0.5, 0.0, 0.0])
+    hard = torch.tensor([[0.0, 0.5, 0.5, 0.0]])  # overlap with the draft 0.5
+    easy = torch.tensor([[0.475, 0.525, 0.0, 0.0]])  # overlap 0.975
+    for _ in range(100):
+        tree, node, path = DraftTree.root_only(0), 0, []
+        for _ in range(5):
+            node = tree.expand(node, draft, torch.tensor([1]), "with_replacement")[0]
+            path.append(node)
+        planner.observe(chain, tree, path, [hard] + [easy] * 5)
+    # 100 verifications a depth against a pseudo-count of 8: each estimate within ~0.03 of its depth's
+    assert planner.acceptance(0, 1) < 0.55 and planner.acceptance(4, 1) > 0.96
+    assert planner.acceptance(7, 1) > 0.96  # the pooled mean over depths 0-4 is 0.88
