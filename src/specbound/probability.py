@@ -209,9 +209,10 @@ def sample_from_torch(weights, uniforms, needed=None):
     vocab = weights.shape[-1]
     index = torch.searchsorted(cumulative, columns, right=True).clamp_(max=vocab - 1)
     # The first i with C(i) > u·total has C(i) > C(i − 1), so weight i > 0: a running sum of
-    # non-negative terms does not grow by adding 0. Only u·total rounded up to the total
-    # runs past the end (clamped above onto a token that may weigh 0): those rows take the
-    # last positive token, found only when one occurs (a pass over the vocabulary saved).
+    # non-negative terms does not grow by adding 0. Only a row of zero mass (allowed where
+    # ``needed`` is False) runs past the end, clamped above onto a token that may weigh 0;
+    # such rows take the last positive token, found only when one occurs (a pass over the
+    # vocabulary saved). With u < 1 in the sums' dtype, u·total stays below a positive total.
     if bool(torch.any(weights.gather(1, index) <= 0)):
         last_positive = vocab - 1 - torch.argmax((weights.flip(-1) > 0).to(torch.uint8), dim=-1)
         index = torch.minimum(index, last_positive[:, None])
