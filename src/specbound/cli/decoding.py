@@ -8,6 +8,7 @@ import argparse
 from specbound import arguments
 from specbound.engine.methods import METHODS, build_method, method_options
 from specbound.models import DTYPES
+from specbound.models.backends import BACKENDS
 from specbound.models.quantize import PRECISIONS
 
 
@@ -26,6 +27,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft precisions the planner may use, forward by forward (default bf16,int8,int4; "
                         "any precision keeps decoding lossless)")
     models.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (cpu)")
+    models.add_argument("--backend", choices=list(BACKENDS), default="auto",
+                        help="whose kernels run the forwards: llama.cpp (GGUF files as they are), torch, or auto "
+                        "(default: llama.cpp for GGUF models when llama-cpp-python is installed and the device is "
+                        "the CPU, torch otherwise)")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -68,4 +73,5 @@ def load_speculator(args):
     from specbound.api import Speculator
 
     return Speculator(args.target, args.draft, DTYPES[args.dtype], args.target_precision, args.draft_precisions,
-                      args.device, progress=not getattr(args, "quiet", False), drafter=args.drafter)
+                      args.device, progress=not getattr(args, "quiet", False), drafter=args.drafter,
+                      backend=args.backend)
