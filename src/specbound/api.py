@@ -43,24 +43,33 @@ class Speculator:
     text so far; no draft model is loaded); ``dtype``: the models' floating dtype;
     ``target_precision``: "bf16" (as loaded) or a weight-only "int8"/"int4" target — never
     changed unless asked; ``draft_precisions``: the draft variants the planner may use,
-    forward by forward; ``device``: "cpu" or "cuda"."""
+    forward by forward; ``device``: "cpu" or "cuda"; ``backend``: "llama.cpp" (GGUF files on
+    llama.cpp's kernels, as they are: precisions and dtype are the file's), "torch" or "auto"
+    (llama.cpp where it applies: ``specbound.models.backends``)."""
 
     def __init__(self, target: str = "default-target", draft: str | None = "default-draft",
                  dtype: torch.dtype = torch.bfloat16, target_precision: str = "bf16",
                  draft_precisions=("bf16", "int8", "int4"), device: str = "cpu", progress: bool = True,
-                 drafter: str = "model", pair=None):
+                 drafter: str = "model", pair=None, backend: str = "auto"):
+        from specbound.models.backends import resolve_backend
         from specbound.models.pair import checked_device, load_pair
         from specbound.models.quantize import quantize
 
         if drafter not in ("model", "prompt-lookup"):
             raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
         checked_device(device)  # before any model loads
+        self.backend = pair.backend if pair is not None else resolve_backend(
+            backend, [target, None if drafter == "prompt-lookup" else draft], device)
+        if self.backend == "llama.cpp" and target_precision != "bf16":
+            raise ValueError(f"target_precision: the llama.cpp backend runs the GGUF file at its own quantisation; "
+                             f"{target_precision} needs backend='torch'")
         if drafter == "prompt-lookup":
             draft = None
         elif (pair.draft if pair is not None else draft) is None:
             drafter = None  # the target alone: autoregressive decoding only
         self.drafter = drafter
-        self.pair = pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False)
+        self.pair = pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False,
+                                      backend=self.backend)
         if target_precision != "bf16":
             self.pair = self.pair.with_target(quantize(self.pair.target, target_precision))
         self.pair = self.pair.to(device)

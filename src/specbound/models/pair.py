@@ -45,14 +45,35 @@ class ModelPair:
     description: dict = field(default_factory=dict)  # model names, dtype: for the report
     target_twin: torch.nn.Module | None = None  # float32 copies (module docstring)
     draft_twin: torch.nn.Module | None = None
+    backend: str = "torch"  # "llama.cpp": target and draft are engine.llamacpp.LlamaCppModel files
+
+    def language_model(self, model, twin=None, variants=None):
+        """The engine's language model over ``model`` on this pair's backend: a
+        ``CausalLM`` (torch, with its prefill twin where that pays, and its variants) or a
+        ``LlamaCppLM``."""
+        if self.backend == "llama.cpp":
+            from specbound.engine.llamacpp import LlamaCppLM
+
+            return LlamaCppLM(model)
+        from specbound.engine import CausalLM
+
+        return CausalLM(model, prefill_model=self.prefill_twin(twin), variants=variants)
 
     def with_target(self, target: torch.nn.Module) -> ModelPair:
         """The same pair with another target model (e.g. a quantised copy)."""
         return dataclasses.replace(self, target=target, target_twin=None)
 
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu") if self.backend == "llama.cpp" else next(self.target.parameters()).device
+
     def to(self, device) -> ModelPair:
         """The pair on ``device`` ("cpu", "cuda", ...)."""
         device = checked_device(device)
+        if self.backend == "llama.cpp":
+            if device.type != "cpu":
+                raise ValueError(f"device: the llama.cpp backend runs on the CPU, not {device}")
+            return self
         move = (lambda model: None if model is None else model.to(device))
         return dataclasses.replace(self, target=move(self.target), draft=move(self.draft),
                                    target_twin=move(self.target_twin), draft_twin=move(self.draft_twin))
@@ -61,7 +82,7 @@ class ModelPair:
     def prefill_twin(twin: torch.nn.Module | None) -> torch.nn.Module | None:
         """``twin`` where a float32 prefill is measured faster than bf16 on this CPU, else None
         (module docstring)."""
-        if twin is None or next(twin.parameters()).device.type != "cpu":
+        if twin is None or not isinstance(twin, torch.nn.Module) or next(twin.parameters()).device.type != "cpu":
             return None
         from specbound.engine.costs import float32_beats_bf16
 
@@ -72,19 +93,18 @@ class ModelPair:
         model (``"model"``), by prompt lookup (``"prompt-lookup"``), or not at all (``None``,
         autoregressive only). The float32 twins, when the pair has them, prefill where that
         is measured to pay (``prefill_twin``)."""
-        from specbound.engine import CausalLM, Decoder, ModelDrafter, PromptLookupDrafter
+        from specbound.engine import Decoder, ModelDrafter, PromptLookupDrafter
 
         drafters = {
-            "model": lambda: ModelDrafter(CausalLM(self.draft, prefill_model=self.prefill_twin(self.draft_twin)),
-                                          processing),
-            "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size, device=next(self.target.parameters()).device),
+            "model": lambda: ModelDrafter(self.language_model(self.draft, self.draft_twin), processing),
+            "prompt-lookup": lambda: PromptLookupDrafter(self.vocab_size, device=self.device),
             None: lambda: None,
         }
         if drafter not in drafters:
             raise ValueError(f"drafter: expected one of {[key for key in drafters if key]}, got {drafter!r}")
         if drafter == "model" and self.draft is None:
             raise ValueError("drafter: this pair was loaded without a draft model")
-        target = CausalLM(self.target, prefill_model=self.prefill_twin(self.target_twin))
+        target = self.language_model(self.target, self.target_twin)
         return Decoder(target, drafters[drafter](), processing, self.eos_token_ids if stop_at_eos else ())
 
     def auto_decoder(self, processing, draft_precisions=("bf16", "int8", "int4"), cache_dir=None,
@@ -143,12 +163,16 @@ def load_pair(
     dtype: torch.dtype = torch.bfloat16,
     progress: bool = True,
     float32_twins: bool | None = None,
+    backend: str = "torch",
 ) -> ModelPair:
     """Load both models offline (``specbound.models.loading.load_model``), check their shared
     vocabulary, and encode prompts as the engine's ``chat`` does (the chat template as one
     user turn when the tokenizer has one — the default pair are instruct models).
     ``float32_twins`` defaults to True for a bfloat16 pair. ``draft=None`` loads the target
-    alone (for autoregressive decoding or prompt lookup)."""
+    alone (for autoregressive decoding or prompt lookup). ``backend="llama.cpp"``: the GGUF
+    files as they are on llama.cpp (``load_llamacpp_pair``; ``dtype`` and twins do not apply)."""
+    if backend == "llama.cpp":
+        return load_llamacpp_pair(target, draft, progress)
     from specbound.models.loading import check_shared_vocabulary, load_model  # transformers' model classes: slow
 
     target_loaded = load_model(target, dtype=dtype, progress=progress)
@@ -186,3 +210,52 @@ def load_pair(
 
 def _precision_of(model: torch.nn.Module) -> str:
     return str(next(model.parameters()).dtype).removeprefix("torch.")
+
+
+def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, threads: int | None = None) -> ModelPair:
+    """The pair as GGUF files on llama.cpp (``engine.llamacpp``): each file loaded as it is
+    (memory-mapped), the tokenizer transformers reads from the target's file (the same token
+    ids as the torch backend), the EOS ids of the tokenizer and of llama.cpp's
+    end-of-generation tokens. ``threads``: CPU threads per forward (default all cores)."""
+    from specbound.engine.llamacpp import LlamaCppModel
+    from specbound.models.loading import gguf_file, load_gguf_tokenizer
+
+    target_path, target_sha = gguf_file(target, progress=progress)
+    target_model = LlamaCppModel(target_path, threads, fingerprint=target_sha[:16])
+    draft_model = None
+    if draft is not None:
+        draft_path, draft_sha = gguf_file(draft, progress=progress)
+        draft_model = LlamaCppModel(draft_path, threads, fingerprint=draft_sha[:16])
+    tokenizer = load_gguf_tokenizer(target_path, target_sha, progress=progress)
+    if draft_model is not None:
+        draft_tokenizer = load_gguf_tokenizer(draft_path, draft_sha, progress=progress)
+        if draft_tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise ValueError("draft: its tokenizer differs from the target's; speculative decoding needs one shared "
+                             "vocabulary")
+    vocab_size = target_model.n_vocab if draft_model is None else min(target_model.n_vocab, draft_model.n_vocab)
+    if len(tokenizer) > vocab_size:
+        raise ValueError(f"target: {vocab_size} logits per row, fewer than the tokenizer's {len(tokenizer)} tokens")
+    eos = set(stop_token_ids(tokenizer, None))
+    eos.update(token for token in target_model.end_of_generation_ids if token < len(tokenizer))
+    eos_token_ids = tuple(sorted(eos))
+    return ModelPair(
+        target=target_model,
+        draft=draft_model,
+        vocab_size=vocab_size,
+        eos_token_ids=eos_token_ids,
+        encode=functools.partial(encode_prompt, tokenizer),
+        decode=tokenizer.decode,
+        tokenize=lambda text: tokenizer(text)["input_ids"],
+        description={
+            "target": target,
+            "draft": draft,
+            "backend": "llama.cpp",
+            "target_file": f"{target_path.name}: {target_model.description}",
+            "draft_file": None if draft_model is None else f"{draft_path.name}: {draft_model.description}",
+            "vocab_size": vocab_size,
+            "eos_token_ids": list(eos_token_ids),
+            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text",
+            "threads": target_model.threads,
+        },
+        backend="llama.cpp",
+    )

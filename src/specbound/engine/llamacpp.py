@@ -1,0 +1,490 @@
+"""The engine's language-model protocol on llama.cpp's kernels (llama-cpp-python's low-level API).
+
+A GGUF file runs as it is: ``LlamaCppModel`` loads it once (weights memory-mapped, no
+conversion, no bf16 copy) and ``LlamaCppLM`` holds one llama.cpp context of it with the
+same batched interface as ``engine.lm.CausalLM`` — reset for a batch, prefill a row, score
+entries with parents, read the logits of the entries asked for, commit one path per row,
+select rows — so the decoder, the drafters and the planner run on it unchanged.
+
+**Tree attention through sequence membership.** llama.cpp's KV cache stores each token once,
+in a cell that belongs to a *set* of sequence ids, and a token of a forward attends to the
+cells of its (first) sequence at positions up to its own. So each row b owns a main sequence
+holding its committed prefix, positions 0 .. L_b − 1, and every root-to-leaf branch of its
+pending entries is one more sequence: the cells of the committed prefix and of a branch's
+nodes belong to it, a node shared by several branches belongs to all of theirs. A pending
+node then sees exactly its row's committed prefix, its ancestors and itself — at the
+position id its parent's plus one — as in ``engine.lm``. A branch that grows below a node
+scored in an earlier forward reuses that node's sequence while the node is its tip, else
+starts a new sequence holding the node's path (``llama_memory_seq_cp`` up to its position:
+membership only, no keys or values are copied).
+
+**Logits only where read.** llama.cpp computes the output head for the entries marked as
+outputs, so ``score`` takes, per row, the entries whose logits will be read (None: all) and
+``LlamaScores`` holds exactly those rows.
+
+**Rollback.** ``commit`` moves the kept path's cells into the row's main sequence and removes
+every branch sequence; a cell that belongs to no sequence is free again.
+
+**Not batch-invariant.** llama.cpp's matrix products tile by the number of rows, so a row
+scored inside a k-row forward differs from the same row scored alone by rounding (measured
+on the default target, T = 0.7: up to 7e-5 in total variation). Verification is exact for
+the rows the verification forward computed — the law sampled is the target's as that
+forward computes it, as in llama.cpp's own loop — and ``generate_batch`` gives the tokens of
+solo runs only where the forward is invariant.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specbound.checks import positive_int
+from specbound.engine.lm import Entries
+
+MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
+DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)
+BATCH_TOKENS = 512  # tokens per llama_decode call (longer inputs are split)
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+_LOG_ERROR = 3
+
+
+def llama_cpp_available() -> bool:
+    """Whether llama-cpp-python can be imported here."""
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError):  # OSError: the shared library failed to load
+        return False
+    return True
+
+
+def _llama():
+    """The llama_cpp module, its backend initialised once and its log cut to errors."""
+    global _backend_ready
+    try:
+        import llama_cpp
+    except ImportError as error:
+        raise ImportError(
+            "the llama.cpp backend needs llama-cpp-python: pip install 'specbound[llamacpp]' (builds llama.cpp from "
+            "source, ~5 minutes on 2 cores, needs a C compiler and cmake)"
+        ) from error
+    with _backend_lock:
+        if not _backend_ready:
+            llama_cpp.llama_backend_init()
+            llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p(0))
+            _backend_ready = True
+    return llama_cpp
+
+
+def _drop_below_errors(level: int, text: bytes, user_data) -> None:
+    if level == _LOG_ERROR:
+        os.write(2, text)
+
+
+try:
+    import llama_cpp as _llama_cpp_module
+
+    _quiet_log = _llama_cpp_module.llama_log_callback(_drop_below_errors)  # kept alive: llama.cpp holds the pointer
+except (ImportError, OSError):
+    _quiet_log = None
+
+
+class LlamaCppModel:
+    """A GGUF file loaded by llama.cpp (weights memory-mapped), from which ``LlamaCppLM``
+    contexts are made. ``threads``: CPU threads of every forward (default: all cores)."""
+
+    def __init__(self, path: str | os.PathLike, threads: int | None = None, fingerprint: str | None = None):
+        llama_cpp = _llama()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ValueError(f"model: {str(self.path)!r} is not a GGUF file")
+        self.threads = positive_int("threads", threads or os.cpu_count() or 1)
+        parameters = llama_cpp.llama_model_default_params()
+        parameters.n_gpu_layers = 0
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), parameters)
+        if not self._model:
+            raise ValueError(f"model: llama.cpp could not load {str(self.path)!r}")
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self._model))
+        buffer = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buffer, len(buffer))
+        self.description = buffer.value.decode(errors="replace")
+        self.size_bytes = int(llama_cpp.llama_model_size(self._model))
+        self.fingerprint = fingerprint or _file_fingerprint(self.path)
+        self._eog = [token for token in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, token)]
+
+    @property
+    def end_of_generation_ids(self) -> list[int]:
+        """The tokens llama.cpp treats as ending a generation (EOS, EOT, ...)."""
+        return list(self._eog)
+
+    def new_context(self, n_ctx: int, n_seq_max: int, n_batch: int):
+        llama_cpp = _llama()
+        parameters = llama_cpp.llama_context_default_params()
+        parameters.n_ctx = n_ctx
+        parameters.n_batch = n_batch
+        parameters.n_ubatch = n_batch
+        parameters.n_seq_max = n_seq_max
+        parameters.n_threads = self.threads
+        parameters.n_threads_batch = self.threads
+        parameters.kv_unified = True  # one cell store for every sequence: branches share their prefix's cells
+        parameters.no_perf = True
+        context = llama_cpp.llama_init_from_model(self._model, parameters)
+        if not context:
+            raise MemoryError(f"llama.cpp could not create a context of {n_ctx} cells for {self.path.name}")
+        return context
+
+    def __del__(self):
+        model = getattr(self, "_model", None)
+        if model:
+            try:
+                _llama().llama_model_free(model)
+            except Exception:  # interpreter shutdown
+                pass
+            self._model = None
+
+
+def _file_fingerprint(path: Path) -> str:
+    """Name, size and modification time of a file: enough to tell one model file from
+    another for the cost book without reading a gigabyte."""
+    status = path.stat()
+    return hashlib.sha256(f"{path.resolve()}:{status.st_size}:{status.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Node:
+    """A pending entry of one row: its parent (−1: the committed tip), position id, and
+    the sequences whose branches pass through it (the first one masks its attention)."""
+
+    parent: int
+    position: int
+    sequences: list[int]
+    children: int = 0
+
+
+@dataclass
+class _Row:
+    sequence: int  # the main sequence: the committed prefix
+    length: int = 0  # committed entries
+    pending: list[_Node] = field(default_factory=list)
+    branches: list[int] = field(default_factory=list)  # sequences of pending branches, the main one excepted
+    main_open: bool = True  # no pending branch has taken the main sequence yet
+
+
+class LlamaScores:
+    """Logits of the entries of one forward that were asked for (``score(outputs=)``).
+    Entry (row, i) is the row's i-th new entry of that forward."""
+
+    def __init__(self, logits: torch.Tensor, index: dict[tuple[int, int], int], counts: list[int]):
+        self._logits = logits  # [outputs, vocab] float32
+        self._index = index  # (row, entry) -> output row
+        self.counts = counts
+
+    def prefetch(self, pairs) -> None:
+        """Nothing to do: llama.cpp applied the head in the forward."""
+
+    def logits(self, row: int = 0, entries=None) -> torch.Tensor:
+        """Logits of ``entries`` of ``row`` (an index, a list of them, a slice; None = all).
+        # -> [k, vocab] float32"""
+        if entries is None or isinstance(entries, slice):
+            wanted = list(range(self.counts[row]))[entries or slice(None)]
+        elif isinstance(entries, (list, tuple)) or (torch.is_tensor(entries) and entries.dim() > 0):
+            wanted = [int(entry) for entry in entries]
+        else:
+            wanted = [int(entries)]
+        return self.logits_of([(row, entry) for entry in wanted])
+
+    def logits_of(self, pairs) -> torch.Tensor:
+        """Logits of (row, entry) pairs.  # -> [k, vocab]"""
+        try:
+            rows = [self._index[pair] for pair in pairs]
+        except KeyError as error:
+            raise ValueError(f"entries: {error.args[0]} was not asked for as an output of this forward") from None
+        return self._logits[rows]
+
+
+class LlamaCppLM:
+    """One llama.cpp context of ``model`` with the batched interface of ``engine.lm.CausalLM``
+    (module docstring). ``context_cells``: KV cells shared by every row and branch (at most
+    the model's training context times the rows it is reset for; grown on ``reset``).
+    ``forward_calls`` and ``model_seconds`` count as ``CausalLM``'s do."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32
+    variants: dict = {}
+
+    def __init__(self, model: LlamaCppModel, context_cells: int = DEFAULT_CONTEXT, batch_tokens: int = BATCH_TOKENS):
+        self.model = model
+        self._llama = _llama()
+        self._cells = positive_int("context_cells", context_cells)
+        self._batch_tokens = positive_int("batch_tokens", batch_tokens)
+        self._context = None
+        self._open_context(self._cells)
+        self.reset()
+
+    def _open_context(self, cells: int) -> None:
+        if self._context:
+            self._llama.llama_free(self._context)
+        self._context = self.model.new_context(cells, MAX_SEQUENCES, self._batch_tokens)
+        self._cells = cells
+        self._memory = self._llama.llama_get_memory(self._context)
+        self._batch = self._llama.llama_batch_init(self._batch_tokens, 0, MAX_SEQUENCES)
+
+    def __del__(self):
+        context = getattr(self, "_context", None)
+        if context:
+            try:
+                self._llama.llama_batch_free(self._batch)
+                self._llama.llama_free(context)
+            except Exception:  # interpreter shutdown
+                pass
+            self._context = None
+
+    @property
+    def logits_size(self) -> int:
+        return self.model.n_vocab
+
+    @property
+    def max_positions(self) -> int | None:
+        return self.model.n_ctx_train or None
+
+    @property
+    def lengths(self) -> list[int]:
+        return [row.length for row in self._rows]
+
+    def reset(self, batch_size: int = 1) -> None:
+        """Forget everything: an empty cache for ``batch_size`` rows."""
+        self.batch_size = positive_int("batch_size", batch_size)
+        if self.batch_size >= MAX_SEQUENCES:
+            raise ValueError(f"batch_size: llama.cpp holds at most {MAX_SEQUENCES} sequences, {batch_size} rows asked")
+        self._llama.llama_memory_clear(self._memory, True)
+        self._rows = [_Row(sequence) for sequence in range(self.batch_size)]
+        self._free = list(range(MAX_SEQUENCES - 1, self.batch_size - 1, -1))  # popped from the end: lowest first
+        self.forward_calls = 0
+        self.model_seconds = 0.0
+
+    def reserve(self, cells: int) -> None:
+        """Make room for ``cells`` KV cells in all (an empty cache only: a new context)."""
+        if cells > self._cells:
+            if any(row.length or row.pending for row in self._rows):
+                raise ValueError("reserve: the cache is not empty")
+            self._open_context(max(cells, 2 * self._cells))
+            self.reset(self.batch_size)
+
+    # -- the batched interface ----------------------------------------------------------------
+    def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
+        """Commit ``token_ids`` as the whole prefix of the empty row ``row``; return the
+        next-token logits of the last token (all tokens with ``last_only=False``).
+        # -> [1 or n, vocab] float32"""
+        state = self._rows[row]
+        if state.length or state.pending:
+            raise ValueError(f"prefill: row {row} is not empty")
+        tokens = self._checked_tokens(token_ids)
+        count = len(tokens)
+        outputs = [count - 1] if last_only else list(range(count))
+        wanted = set(outputs)
+        self._room_for(count)
+        started = time.perf_counter()
+        pieces = []
+        for start in range(0, count, self._batch_tokens):
+            chunk = range(start, min(count, start + self._batch_tokens))
+            items = [(tokens[i], i, (state.sequence,), i in wanted) for i in chunk]
+            pieces.append(self._decode(items))
+        self.model_seconds += time.perf_counter() - started
+        self.forward_calls += 1
+        state.length = count
+        return torch.cat([piece for piece in pieces if piece.shape[0]])
+
+    def score(self, entries: list[Entries], variant: str | None = None, outputs=None) -> LlamaScores:
+        """One forward over every row's new entries (``entries[b]`` for row b); they stay
+        pending until ``commit``. ``outputs[b]``: the new entries of row b whose logits will
+        be read (None: all of every row's)."""
+        if variant is not None:
+            raise ValueError(f"variant: the llama.cpp backend has no variant {variant!r}")
+        if len(entries) != self.batch_size:
+            raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
+        counts = [len(row.tokens) for row in entries]
+        if not any(counts):
+            raise ValueError("entries: no row adds a token")
+        for b, row in enumerate(entries):  # check everything before changing anything
+            if len(row.parents) != len(row.tokens):
+                raise ValueError(f"entries: row {b} has {len(row.tokens)} tokens and {len(row.parents)} parents")
+            if row.tokens:
+                self._checked_tokens(row.tokens)
+            known = len(self._rows[b].pending)
+            for index, parent in enumerate(row.parents):
+                if not -1 <= parent < known + index:
+                    raise ValueError(f"entries: row {b} entry {index} names parent {parent}, outside "
+                                     f"[-1, {known + index})")
+        needed = sum(_leaves(row.parents, len(self._rows[b].pending)) for b, row in enumerate(entries))
+        if needed > len(self._free) + sum(state.main_open for state in self._rows):
+            raise ValueError(f"entries: the trees of this forward have {needed} new branches; llama.cpp holds "
+                             f"{MAX_SEQUENCES} sequences in all ({len(self._free)} free): a smaller tree or batch")
+        self._room_for(sum(counts))
+        items, index = [], {}
+        for b, row in enumerate(entries):
+            wanted = set(range(counts[b])) if outputs is None or outputs[b] is None else set(outputs[b])
+            for entry, (token, sequences, position) in enumerate(self._place(b, row)):
+                if entry in wanted:
+                    index[b, entry] = sum(item[3] for item in items)
+                items.append((token, position, sequences, entry in wanted))
+        started = time.perf_counter()
+        pieces = [self._decode(items[start: start + self._batch_tokens])
+                  for start in range(0, len(items), self._batch_tokens)]
+        self.model_seconds += time.perf_counter() - started
+        self.forward_calls += 1
+        return LlamaScores(torch.cat(pieces), index, counts)
+
+    def commit(self, paths: list[list[int]]) -> None:
+        """Keep, per row, the pending entries ``paths[b]`` (a chain below the committed
+        prefix) as committed and drop every other pending entry; an empty path rolls the
+        row back to its committed prefix."""
+        if len(paths) != self.batch_size:
+            raise ValueError(f"paths: expected one path per row ({self.batch_size}), got {len(paths)}")
+        for b, path in enumerate(paths):
+            pending, expected = self._rows[b].pending, -1
+            for entry in path:
+                if not 0 <= entry < len(pending) or pending[entry].parent != expected:
+                    raise ValueError(f"paths: row {b}'s path {path} is not a chain of pending entries below its "
+                                     "committed prefix")
+                expected = entry
+        llama = self._llama
+        for state, path in zip(self._rows, paths):
+            if path:
+                last = state.pending[path[-1]]
+                keeper = last.sequences[0]
+                if keeper == state.sequence:
+                    llama.llama_memory_seq_rm(self._memory, state.sequence, last.position + 1, -1)
+                else:
+                    llama.llama_memory_seq_rm(self._memory, state.sequence, state.length, -1)
+                    llama.llama_memory_seq_cp(self._memory, keeper, state.sequence, state.length, last.position + 1)
+            elif state.pending:
+                llama.llama_memory_seq_rm(self._memory, state.sequence, state.length, -1)
+            for sequence in state.branches:
+                llama.llama_memory_seq_rm(self._memory, sequence, -1, -1)
+                self._free.append(sequence)
+            state.length += len(path)
+            state.pending, state.branches, state.main_open = [], [], True
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only the rows ``rows`` (in that order); the others leave the batch."""
+        if any(self._rows[row].pending for row in rows):
+            raise ValueError("select_rows: commit the pending entries first")
+        kept = set(rows)
+        for b, state in enumerate(self._rows):
+            if b not in kept:
+                for sequence in [state.sequence] + state.branches:
+                    self._llama.llama_memory_seq_rm(self._memory, sequence, -1, -1)
+                    self._free.append(sequence)
+        self._rows = [self._rows[row] for row in rows]
+        self.batch_size = len(rows)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _place(self, b: int, entries: Entries):
+        """Give row b's new entries positions and sequences (module docstring); yields
+        (token, sequences, position) per entry, in order."""
+        state = self._rows[b]
+        known = len(state.pending)
+        parents = entries.parents
+        children = [[] for _ in parents]
+        for index, parent in enumerate(parents):
+            if parent >= known:
+                children[parent - known].append(index)
+        leaves_below = [[] for _ in parents]
+        for index in range(len(parents) - 1, -1, -1):
+            leaves_below[index] = [index] if not children[index] else [
+                leaf for child in children[index] for leaf in leaves_below[child]]
+        leaf_sequence = {}
+        for index, parent in enumerate(parents):
+            if parent >= known:
+                continue  # inside this forward: its branches come from its attach point
+            attach = state.pending[parent] if parent >= 0 else None
+            position = state.length if attach is None else attach.position + 1
+            for leaf in leaves_below[index]:
+                leaf_sequence[leaf] = self._branch_from(state, attach, position)
+        nodes = []
+        for index, (token, parent) in enumerate(zip(entries.tokens, parents)):
+            position = state.length if parent < 0 else (
+                state.pending[parent].position + 1 if parent < known else nodes[parent - known].position + 1)
+            if parent >= 0:
+                (state.pending[parent] if parent < known else nodes[parent - known]).children += 1
+            node = _Node(parent, position, [leaf_sequence[leaf] for leaf in leaves_below[index]])
+            nodes.append(node)
+            yield int(token), node.sequences, position
+        state.pending += nodes
+
+    def _branch_from(self, state: _Row, attach: _Node | None, position: int) -> int:
+        """A sequence for a new branch below ``attach`` (None: the committed tip) whose
+        next position is ``position``: the attach point's own while it is its tip, else a
+        new one holding the attach point's path."""
+        if attach is None:
+            if state.main_open:
+                state.main_open = False
+                return state.sequence
+            source = state.sequence
+        else:
+            if attach.children == 0 and len(attach.sequences) == 1 and not getattr(attach, "_taken", False):
+                attach._taken = True
+                return attach.sequences[0]
+            source = attach.sequences[0]
+        sequence = self._free.pop()
+        self._llama.llama_memory_seq_cp(self._memory, source, sequence, 0, position)
+        state.branches.append(sequence)
+        return sequence
+
+    def _decode(self, items) -> torch.Tensor:
+        """One llama_decode of (token, position, sequences, wants logits) items; returns
+        the logits of the items that want them, in order.  # -> [outputs, vocab]"""
+        llama, batch = self._llama, self._batch
+        for i, (token, position, sequences, output) in enumerate(items):
+            batch.token[i] = token
+            batch.pos[i] = position
+            batch.n_seq_id[i] = len(sequences)
+            slots = batch.seq_id[i]
+            for j, sequence in enumerate(sequences):
+                slots[j] = sequence
+            batch.logits[i] = output
+        batch.n_tokens = len(items)
+        status = llama.llama_decode(self._context, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} ({len(items)} tokens; "
+                               f"{'no KV cell free' if status == 1 else 'see the llama.cpp error above'})")
+        outputs = sum(1 for item in items if item[3])
+        if not outputs:
+            return torch.empty((0, self.logits_size), dtype=torch.float32)
+        pointer = llama.llama_get_logits(self._context)
+        logits = np.ctypeslib.as_array(pointer, shape=(outputs, self.logits_size))
+        return torch.from_numpy(logits.copy())
+
+    def _room_for(self, new_tokens: int) -> None:
+        used = sum(row.length + len(row.pending) for row in self._rows)
+        if used + new_tokens > self._cells:
+            raise ValueError(f"entries: {used} cached tokens + {new_tokens} new exceed the context's {self._cells} "
+                             "KV cells (LlamaCppLM(context_cells=...) or reserve() before decoding)")
+
+    def _checked_tokens(self, token_ids) -> list[int]:
+        tokens = [int(token) for token in torch.as_tensor(token_ids, dtype=torch.long).reshape(-1).tolist()]
+        if not tokens:
+            raise ValueError("token_ids: expected at least one token")
+        if min(tokens) < 0 or max(tokens) >= self.logits_size:
+            raise ValueError(f"token_ids: ids must lie in [0, {self.logits_size}); got [{min(tokens)}, {max(tokens)}]")
+        return tokens
+
+
+def _leaves(parents: list[int], known: int) -> int:
+    """Root-to-leaf branches among new entries with these parents (each needs a sequence)."""
+    has_child = [False] * len(parents)
+    for parent in parents:
+        if parent >= known:
+            has_child[parent - known] = True
+    return sum(not flag for flag in has_child)
