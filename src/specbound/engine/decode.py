@@ -48,6 +48,7 @@ from specbound.verifiers.tree import tokenwise_expected_accepted
 
 class Drafter(Protocol):
     vocab_size: int
+    language_models: list  # the models it runs (their forward calls and seconds are counted)
 
     def reset(self, prompts: list[list[int]]) -> None: ...
 
@@ -157,16 +158,17 @@ class Decoder:
         started = time.perf_counter()
         sequences = [_Sequence(index, list(prompt), generator) for index, (prompt, generator)
                      in enumerate(zip(prompts, generators))]
+        cells = sum(len(prompt) for prompt in prompts) + len(prompts) * (max_new_tokens + method.max_nodes + 1)
         with batch_stats.timed("prefill"):
-            self.target.reset(len(prompts))
+            self.target.reset(len(prompts), cells)
             for row, prompt in enumerate(prompts):
                 if len(prompt) > 1:
                     self.target.prefill(row, prompt[:-1])
             if method.depth > 0:
-                self.drafter.reset(prompts)
+                self.drafter.reset(prompts, cells)
         if streamer is not None:
             streamer.put(torch.tensor(prompts[0]))
-        models = [self.target] + ([self.drafter.lm] if method.depth > 0 and hasattr(self.drafter, "lm") else [])
+        models = [self.target] + (self.drafter.language_models if method.depth > 0 else [])
         model_seconds_before = sum(lm.model_seconds for lm in models)
         active = list(sequences)
         planner = method if isinstance(method, Planner) else None
@@ -216,14 +218,15 @@ class Decoder:
             else:
                 trees = [DraftTree.root_only(context[-1]) for context in contexts]
         with stats.timed("target"):
-            entries, pending_counts = [], []
+            entries, pending_counts, outputs = [], [], []
             for row, (context, tree) in enumerate(zip(contexts, trees)):
                 pending = context[self.target.lengths[row]:]
                 root = len(pending) - 1
                 entries.append(Entries(pending + tree.tokens[1:],
                                        [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
                 pending_counts.append(len(pending))
-            scores = self.target.score(entries)
+                outputs.append(range(root, root + len(tree)))  # the root and every tree node: all may be read
+            scores = self.target.score(entries, outputs=outputs)
             if len(active) > 1 or self.batch_heads:  # one head call for the rows every walk starts with
                 roots = [(row, count - 1) for row, count in enumerate(pending_counts)]
                 nodes = [(row, count - 1 + node) for row, (count, tree) in enumerate(zip(pending_counts, trees))

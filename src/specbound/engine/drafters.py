@@ -57,9 +57,14 @@ class ModelDrafter:
         """Size of the draft probability rows (after dropping vocabulary padding)."""
         return self.processing.vocab_size or self.lm.logits_size
 
-    def reset(self, prompts: list[list[int]]) -> None:
-        """Start a batch of sequences: prefill each prompt except its last token."""
-        self.lm.reset(len(prompts))
+    @property
+    def language_models(self) -> list:
+        return [self.lm]
+
+    def reset(self, prompts: list[list[int]], cells: int | None = None) -> None:
+        """Start a batch of sequences: prefill each prompt except its last token (``cells``:
+        the cache entries the batch may need at most, as ``CausalLM.reset`` takes it)."""
+        self.lm.reset(len(prompts), cells)
         for row, prompt in enumerate(prompts):
             if len(prompt) > 1:
                 self.lm.prefill(row, prompt[:-1])
@@ -79,7 +84,7 @@ class ModelDrafter:
             entries[b] = Entries.chain(pending)
             self._fed[b] = len(pending)
             self._entries[b][0] = len(pending) - 1
-        scores = self._score(entries)
+        scores = self._score(entries, [[self._fed[b] - 1] if b in rows else [] for b in range(len(contexts))])
         frontier = {b: [0] for b in rows}
         logit_rows = {b: [self._fed[b] - 1] for b in rows}
         for depth in range(max(depths)):
@@ -115,8 +120,10 @@ class ModelDrafter:
             logit_rows = {b: list(range(len(nodes))) for b, nodes in grown.items()}
         return trees
 
-    def _score(self, entries: list[Entries]):
-        return self.lm.score(entries, self.variant_for_rows(sum(len(row.tokens) for row in entries)))
+    def _score(self, entries: list[Entries], outputs=None):
+        """One draft forward; ``outputs``: per row, the new entries whose logits are read
+        (None: all; the fed tokens before the last one are never read)."""
+        return self.lm.score(entries, self.variant_for_rows(sum(len(row.tokens) for row in entries)), outputs)
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None:
         """Keep the fed tokens and the scored nodes of each accepted path (the deepest
@@ -150,7 +157,9 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def reset(self, prompts: list[list[int]]) -> None:
+    language_models: list = []  # none: the drafts come from the context
+
+    def reset(self, prompts: list[list[int]], cells: int | None = None) -> None:
         """Nothing to prepare: the drafter reads the context at every step."""
 
     def propose(self, context: list[int], length: int) -> list[int]:

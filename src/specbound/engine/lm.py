@@ -171,8 +171,10 @@ class CausalLM:
         """The longest sequence the model's position embeddings cover (None if unknown)."""
         return getattr(self.model.config.get_text_config(decoder=True), "max_position_embeddings", None)
 
-    def reset(self, batch_size: int = 1) -> None:
-        """Forget everything: an empty cache for ``batch_size`` rows."""
+    def reset(self, batch_size: int = 1, cells: int | None = None) -> None:
+        """Forget everything: an empty cache for ``batch_size`` rows. ``cells``: the entries
+        the batch may hold at most (a hint for backends with a fixed-size cache; this one
+        grows by doubling and needs none)."""
         self.batch_size = positive_int("batch_size", batch_size)
         self.cache = SpeculativeCache(self._num_layers)
         self.lengths = [0] * self.batch_size  # committed entries per row
@@ -242,10 +244,11 @@ class CausalLM:
         self.model_seconds += time.perf_counter() - started
         return logits
 
-    def score(self, entries: list[Entries], variant: str | None = None) -> Scores:
+    def score(self, entries: list[Entries], variant: str | None = None, outputs=None) -> Scores:
         """One forward over every row's new entries (``entries[b]`` for row b; an empty
         Entries for a row that adds nothing), by the model or its ``variant``. They stay
-        pending until ``commit``."""
+        pending until ``commit``. ``outputs[b]``: the entries of row b whose logits may be
+        read (None: any); here the head is applied on demand, so reading any entry works."""
         model = self.model if variant is None else self.variants[variant]
         if len(entries) != self.batch_size:
             raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")

@@ -155,6 +155,11 @@ class Method:
         return self.shape.max_depth
 
     @property
+    def max_nodes(self) -> int:
+        """The most drafted nodes one step's tree may hold."""
+        return self.shape.max_nodes
+
+    @property
     def lossless(self) -> bool:
         deciders = self.verifiers if self.tree_verifier is None else (self.tree_verifier,)
         return all(verifier.lossless for verifier in deciders)

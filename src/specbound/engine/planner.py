@@ -117,6 +117,11 @@ class Planner:
         """The deepest tree any candidate drafts (the decoder prepares a drafter if > 0)."""
         return max(method.depth for method in self._methods.values())
 
+    @property
+    def max_nodes(self) -> int:
+        """The largest tree any candidate drafts."""
+        return max(method.max_nodes for method in self._methods.values())
+
     def method_for(self, step: int) -> Method:
         """The method of step ``step`` (0, 1, ...): re-planned every ``replan_every`` steps,
         optimistically only while no verification has been seen (a planner kept across
