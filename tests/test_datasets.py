@@ -10,9 +10,13 @@ import pytest
 
 from specbound.datasets import DATASETS, Prompt, load_prompts
 
-AUTHORED_MINIMUM_COUNTS = {"instructions": 100, "summarize": 50, "translate_de_en": 100}
+AUTHORED_MINIMUM_COUNTS = {
+    "instructions": 100, "summarize": 50, "translate_de_en": 100, "edit": 16
+}
 SUMMARIZE_INSTRUCTION = re.compile(r"^Summarize the following [^\n]+\n\n")
 TRANSLATE_INSTRUCTION = "Translate the following German text into English:\n\n"
+EDIT_CODE_BLOCK = re.compile(r"\n```(\w+)\n(.*?)\n```", re.DOTALL)
+EDIT_VERBS = ("rewrite", "refactor", "rename", "type hints", "docstring", "comment", "jsdoc", "fix")
 
 
 def test_datasets_lists_every_built_in_set_with_a_description():
@@ -61,6 +65,21 @@ def test_translate_prompts_give_the_instruction_then_german_text():
         assert prompt.text.startswith(TRANSLATE_INSTRUCTION), prompt.id
         german = prompt.text.removeprefix(TRANSLATE_INSTRUCTION)
         assert german.strip() and "\n" not in german, prompt.id
+
+
+def test_edit_prompts_each_ask_to_change_one_code_block_of_15_to_60_lines():
+    prompts = load_prompts("edit")
+    assert len(prompts) >= 16
+    languages = set()
+    for prompt in prompts:
+        blocks = EDIT_CODE_BLOCK.findall(prompt.text)
+        assert len(blocks) == 1, f"{prompt.id}: expected one fenced code block"
+        language, code = blocks[0]
+        languages.add(language)
+        assert 15 <= len(code.splitlines()) <= 60, prompt.id
+        instruction = prompt.text[: prompt.text.index("```")].lower()
+        assert any(verb in instruction for verb in EDIT_VERBS), prompt.id
+    assert {"python", "javascript", "sql", "bash"} <= languages
 
 
 def test_limit_keeps_the_first_prompts_in_order():

