@@ -22,9 +22,15 @@ def verify_torch_with_uniforms(verifier, *args):
     return verifier.verify_torch_with_uniforms(*args)
 
 
-@pytest.mark.parametrize("name", [n for n in PER_NODE if n != "optimal"])
-def test_torch_path_agrees_with_numpy(name, rng):
-    verifier = get_verifier(name)
+# the biased verifiers also at ε > 0, where their draft test and resampling law differ from
+# speculative sampling's, and UNO with both of its resampling laws
+BIASED = [("decoding_opt", {"epsilon": 0.05}), ("decoding_uno", {"epsilon": 0.05}),
+          ("decoding_uno", {"epsilon": 0.05, "resample": "draft"})]
+
+
+@pytest.mark.parametrize("name, parameters", [(n, {}) for n in PER_NODE if n != "optimal"] + BIASED)
+def test_torch_path_agrees_with_numpy(name, parameters, rng):
+    verifier = get_verifier(name, **parameters)
     num_drafts = num_drafts_of(verifier)
     batch, vocab = 400, 20
     pairs = [random_pair(rng, vocab, concentration=0.4, zeros=False) for _ in range(batch)]

@@ -25,10 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from specbound.checks import finite_number
-from specbound.probability import as_target_and_draft, sample_from, take, total_variation
-from specbound.verifiers.base import Verifier, get_verifier, register_verifier, residual_law
+from specbound.probability import as_target_and_draft, sample_from, sample_from_torch, take, total_variation
+from specbound.verifiers.base import Verifier, acceptance_ratio, get_verifier, register_verifier, residual_law
 
 
 def _checked(target_probs, draft_probs, acceptance):
@@ -115,7 +116,8 @@ class BiasedDecoding(Verifier):
     law R. Not lossless for ε > 0: the output law is O = b·q + R·Σ(1 − b)q and its bias is
     TV(O, p) (module docstring). ``rejection_rate`` = 1 − Σ b·q is the rate at which the
     draft test fails; ``acceptance_rate`` is P(y = x), which also counts a resample equal
-    to x."""
+    to x. The numpy reference (``_verify``) and the engine's torch path (``_verify_torch``)
+    consume the same uniforms: column 0 tests the draft, the last one resamples."""
 
     scheme = "with_replacement"
     lossless = False
@@ -131,7 +133,14 @@ class BiasedDecoding(Verifier):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return np.where(draft > 0, np.minimum(1.0, (target + self.epsilon) / draft), 1.0)
 
-    def resampling_law(self, target, draft) -> np.ndarray:
+    def draft_acceptance(self, target_mass, draft_mass):
+        """b(x) at the drafted tokens, whose q(x) > 0, numpy or torch; (p + ε)/q overflows to
+        inf for a subnormal q, where b = 1.  # [batch] x2 -> [batch]"""
+        with np.errstate(over="ignore"):
+            return acceptance_ratio(target_mass + self.epsilon, draft_mass)
+
+    def resampling_law(self, target, draft):
+        """R, numpy or torch.  # [batch, vocab] x2 -> [batch, vocab]"""
         raise NotImplementedError
 
     def _resampling_where_rejecting(self, target, draft, weights) -> np.ndarray:
@@ -144,7 +153,7 @@ class BiasedDecoding(Verifier):
 
     def _verify(self, target, draft, tokens, uniforms):
         draft_token = tokens[:, 0]
-        accept = take(self.acceptance_weights(target, draft), draft_token)
+        accept = self.draft_acceptance(take(target, draft_token), take(draft, draft_token))
         emitted = draft_token.copy()
         rejected = uniforms[:, 0] >= accept
         if np.any(rejected):
@@ -153,9 +162,20 @@ class BiasedDecoding(Verifier):
             )
         return emitted
 
+    def _verify_torch(self, target, draft, tokens, uniforms):
+        """``_verify`` on torch tensors; R is built only when some row rejects (one sync).
+        # target, draft [batch, vocab], tokens [batch, 1], uniforms [batch, 2] -> [batch]"""
+        draft_token = tokens[:, 0]
+        accept = self.draft_acceptance(target.gather(1, tokens)[:, 0], draft.gather(1, tokens)[:, 0])
+        rejected = uniforms[:, 0] >= accept
+        if not bool(rejected.any()):
+            return draft_token
+        resampled = sample_from_torch(self.resampling_law(target, draft), uniforms[:, -1], rejected)
+        return torch.where(rejected, resampled, draft_token)
+
     def _output_law(self, target, draft, tokens):
         draft_token = tokens[:, 0]
-        accept = take(self.acceptance_weights(target, draft), draft_token)
+        accept = self.draft_acceptance(take(target, draft_token), take(draft, draft_token))
         law = np.zeros_like(target)
         np.put_along_axis(law, draft_token[:, None], accept[:, None], axis=1)
         live = accept < 1
@@ -196,7 +216,7 @@ class DecodingOPT(BiasedDecoding):
     label = "Decoding-OPT (R = norm((p − q)+))"
 
     def resampling_law(self, target, draft):
-        return residual_law(np.maximum(target - draft, 0.0), target)
+        return residual_law((target - draft).clip(min=0.0), target)
 
 
 @register_verifier
