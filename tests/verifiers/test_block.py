@@ -2,8 +2,6 @@
 absorbing tokens, chains cut short), the two-token example, never below token-wise
 verification in expectation, its law against its sampling code, and at a real vocabulary."""
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -128,18 +126,17 @@ def test_block_verify_agrees_with_its_law_by_monte_carlo():
     assert np.all(np.abs(counts / draws - law) <= 4 * np.sqrt(law * (1 - law) / draws) + 1e-12)
 
 
-def test_block_runs_at_a_real_vocabulary_in_linear_time():
-    """γ = 8 at V = 151,936: a decision costs O(γ·V), vectorised over the vocabulary."""
+def test_block_runs_at_a_real_vocabulary():
+    """γ = 8 at V = 151,936. A decision costs O(γ·V), measured by
+    ``benchmarks/bench_multistep_verifiers.py``."""
     rng = np.random.default_rng(0)
     gamma, vocab = 8, 151_936
     target = rng.dirichlet(np.full(vocab, 0.05), size=gamma + 1)
     draft = 0.5 * target[:gamma] + 0.5 * rng.dirichlet(np.full(vocab, 0.05), size=gamma)
     drafts = [int(rng.choice(vocab, p=row)) for row in draft]
     tree = DraftedTree.chain(0, drafts, target, draft)
-    started = time.perf_counter()
     verdict = BLOCK.verify_tree(tree, rng.random(gamma + 1))
     expected = BLOCK.expected_accepted(tree)
-    assert time.perf_counter() - started < 2.0
     assert 0 <= verdict.node <= gamma and 0 <= verdict.next_token < vocab and 0 <= expected <= gamma
     assert BLOCK.stop_probabilities(tree).sum() == pytest.approx(1.0, abs=1e-12)
 

@@ -3,8 +3,6 @@ and chains (both sequential draft schemes, ragged shapes, EOS-like tokens), bloc
 verification on a chain in law and draw for draw, its law against its sampling code, and at
 a real vocabulary."""
 
-import time
-
 import numpy as np
 import pytest
 from hypothesis import given
@@ -75,9 +73,10 @@ def test_uniforms_and_draft_schemes_are_checked():
         TRAVERSAL.outcome_law(greedy.enumerate(0)[0][1])
 
 
-def test_traversal_runs_at_a_real_vocabulary_in_linear_time():
+def test_traversal_runs_at_a_real_vocabulary():
     """A 3×3 tree without replacement (13 nodes, 12 draws) at V = 151,936, built from the
-    engine's trusted rows and verified: O(draws·V), vectorised over the vocabulary."""
+    engine's trusted rows and verified. Its cost, O(draws·V), is measured by
+    ``benchmarks/bench_multistep_verifiers.py``."""
     rng = np.random.default_rng(1)
     vocab = 151_936
     draft_tokens = {v: tuple(rng.choice(vocab, size=3, replace=False).tolist()) for v in range(4)}
@@ -85,11 +84,9 @@ def test_traversal_runs_at_a_real_vocabulary_in_linear_time():
     tokens = [0, *(token for v in range(4) for token in draft_tokens[v])]
     target = rng.dirichlet(np.full(vocab, 0.05), size=13)
     draft = np.full((13, vocab), 1.0 / vocab)  # uniform drafts: every draw has q > 0
-    started = time.perf_counter()
     tree = DraftedTree(parents, tokens, draft_tokens, "without_replacement", draft, target, check_rows=False)
     verdict = TRAVERSAL.verify_tree(tree, rng.random(tree.num_nodes))
     stopped = TRAVERSAL.stop_probabilities(tree)
-    assert time.perf_counter() - started < 2.0
     assert 0 <= verdict.node < tree.num_nodes and 0 <= verdict.next_token < vocab
     assert stopped.sum() == pytest.approx(1.0, abs=1e-9) and stopped.min() >= 0
 
