@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from engine.engine_fixtures import noisy_copy, tiny_model
+from engine_fixtures import noisy_copy, tiny_model
 from specbound.cli import main
 
 WORDS = ["<eos>", "a", "b", "c", "d", "<|endoftext|>"]  # Qwen2Tokenizer adds the last if missing
@@ -136,3 +136,20 @@ def test_generate_refuses_bad_methods_before_a_model_loads(method, named, monkey
     monkeypatch.setattr("specbound.models.loading.load_model", no_model)
     assert main(["generate", "x", "--method", method]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_run_names_methods_as_generate_does_with_the_flags_as_defaults(tiny_dirs, tmp_path, capsys):
+    """``--methods`` takes ``NAME:KEY=VALUE`` as ``generate --method`` does, so a sparse tree's
+    budget and width can be set; ``--gamma`` still sets a chain given without options."""
+    assert run_command(tiny_dirs, tmp_path, "--methods", "chain,chain:gamma=2,sparse:budget=6:width=2:depth=3",
+                       "--gamma", "4") == 0
+    printed = capsys.readouterr().out
+    assert "chain γ=4" in printed and "chain γ=2" in printed and "sparse 6/3 rrs_without_replacement" in printed
+
+
+@pytest.mark.parametrize("methods", ["chain,chain:gamma=3", "chain:gamma=2, chain:gamma=2", "auto,auto",
+                                     "tree,tree:num_drafts=2"])
+def test_run_refuses_a_method_given_twice_before_a_model_loads(methods, tmp_path, no_model_loads, capsys):
+    assert main(["run", "--output-dir", str(tmp_path), "--methods", methods]) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and message.startswith("specbound run: error: methods:") and "twice" in message

@@ -43,29 +43,36 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
                           help=f"tokens to generate at most (default {max_new_tokens})")
 
 
-def parse_method(text: str) -> tuple[str, dict]:
+def parse_method(text: str, defaults: dict | None = None, option: str = "method") -> tuple[str, dict]:
     """'auto', 'chain', 'chain:gamma=4', 'sparse:budget=12:depth=6:verifier=greedy' ->
-    (name, options); values are ints where they parse as ints."""
+    (name, options); values are ints where they parse as ints, floats where they parse as
+    floats. ``defaults`` fill the options the text leaves out (those the method takes and
+    that are not None); messages name ``option``. Every value is checked, and the method
+    built, before any model loads."""
     name, *pairs = [part.strip() for part in text.split(":")]
     if name != "auto" and name not in METHODS:
-        raise ValueError(f"method: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
-    options = {}
+        raise ValueError(f"{option}: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
+    taken = [] if name == "auto" else method_options(name)
+    options = {key: value for key, value in (defaults or {}).items() if key in taken and value is not None}
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key:
-            raise ValueError(f"method: expected KEY=VALUE after {name!r}, got {pair!r}")
-        if name == "auto" or key not in method_options(name):
-            raise ValueError(f"method: {name!r} takes no option {key!r}")
-        try:
-            options[key] = int(value)
-        except ValueError:
-            try:
-                options[key] = float(value)
-            except ValueError:
-                options[key] = value
+            raise ValueError(f"{option}: expected KEY=VALUE after {name!r}, got {pair!r}")
+        if key not in taken:
+            raise ValueError(f"{option}: {name!r} takes no option {key!r}")
+        options[key] = _option_value(value)
     if name != "auto":
-        build_method(name, **options)  # every value checked (and the tree's size) before any model loads
+        build_method(name, **options)
     return name, options
+
+
+def _option_value(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def load_speculator(args):

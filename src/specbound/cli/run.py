@@ -22,20 +22,33 @@ from tqdm import tqdm
 from specbound import arguments
 from specbound.cli.output import format_table
 from specbound.datasets import load_prompts
-from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator
+from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
 from specbound.engine import METHODS, Processing, RunStats, build_method
-from specbound.engine.methods import method_options
 from specbound.engine.planner import Planner
 from specbound.plots.run import plot_run
 
 DEFAULT_METHODS = "autoregressive,chain,auto"
 
 
-def options_for(name: str, args) -> dict:
-    """The run's options that the method ``name`` takes (``engine.methods.method_options``)."""
-    given = {"gamma": args.gamma, "num_drafts": args.num_drafts, "depth": args.depth, "verifier": args.verifier,
-             "epsilon": args.epsilon}
-    return {key: value for key, value in given.items() if key in method_options(name)}
+def parse_methods(args) -> dict[str, tuple[str, dict]]:
+    """Label → (name, options) of each entry of ``--methods`` (``decoding.parse_method``'s
+    ``NAME:KEY=VALUE`` form; ``--gamma``, ``-n``, ``--depth``, ``--verifier`` and
+    ``--epsilon`` fill the options an entry leaves out). Two entries naming the same method
+    are refused."""
+    entries = [entry.strip() for entry in args.methods.split(",") if entry.strip()]
+    if not entries:
+        raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
+    defaults = {"gamma": args.gamma, "num_drafts": args.num_drafts, "depth": args.depth, "verifier": args.verifier,
+                "epsilon": args.epsilon}
+    methods, entry_of = {}, {}
+    for entry in entries:
+        name, options = parse_method(entry, defaults, option="methods")
+        label = "auto" if name == "auto" else build_method(name, **options).name
+        if label in methods:
+            raise ValueError(f"methods: {entry_of[label]!r} and {entry!r} name one method ({label}) twice; "
+                             "give each once")
+        methods[label], entry_of[label] = (name, options), entry
+    return methods
 
 
 def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
@@ -62,16 +75,7 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    methods = {}
-    names = [name.strip() for name in args.methods.split(",") if name.strip()]
-    if not names:
-        raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
-    for name in names:
-        if name == "auto":
-            methods["auto"] = ("auto", {})
-            continue
-        options = options_for(name, args)
-        methods[build_method(name, **options).name] = (name, options)
+    methods = parse_methods(args)
     try:
         prompts = load_prompts(args.prompts, limit=args.limit)
     except ValueError as error:
@@ -153,7 +157,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "run",
         help="decode prompts on real models with several methods side by side",
-        description="Speculative decoding on real models: autoregressive, chain and tree "
+        description="Speculative decoding on real models: autoregressive, chain and auto "
         "(by default) on the embedded Qwen2.5-Coder pair, with a speed table and a plot.",
     )
     add_model_arguments(parser)
@@ -165,8 +169,9 @@ def register(subparsers) -> None:
     data.add_argument("--show", type=arguments.non_negative_int, default=0, help="print the texts of this prompt")
     decoding = parser.add_argument_group("decoding")
     decoding.add_argument("--methods", default=DEFAULT_METHODS,
-                          help=f"comma-separated, from auto (the planner), {', '.join(METHODS)} "
-                          f"(default {DEFAULT_METHODS})")
+                          help=f"comma-separated, from auto (the planner), {', '.join(METHODS)}, each with its "
+                          "options as in generate --method: 'chain:gamma=5,sparse:budget=12:width=2' "
+                          f"(default {DEFAULT_METHODS}); the flags below fill the options an entry leaves out")
     decoding.add_argument("--verifier", default=None,
                           help="multi-draft verifier of the tree method (default rrs_without_replacement)")
     decoding.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,

@@ -1,0 +1,86 @@
+"""How a command ends when something goes wrong: a user's error in one line with status 2,
+an interruption in one line with status 130, a bug as an "internal error" with status 1 and
+the hint to rerun with ``--debug``, which shows the full traceback."""
+
+import argparse
+import re
+
+import pytest
+
+from specbound.cli import build_parser, main
+
+
+def failing_command(monkeypatch, error):
+    """``accept``'s work replaced by one that raises ``error``."""
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("specbound.cli.accept.acceptance_table", fail)
+    return ["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]
+
+
+def test_ctrl_c_while_models_load_ends_with_one_line_and_status_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("specbound.models.loading.load_model", interrupted)
+    monkeypatch.setattr("specbound.models.pair.load_llamacpp_pair", interrupted)
+    assert main(["generate", "hi", "--quiet"]) == 130
+    message = capsys.readouterr().err.strip()
+    assert message == "specbound generate: interrupted"
+
+
+def test_a_bug_says_internal_error_with_the_hint_to_rerun_with_debug(monkeypatch, capsys):
+    assert main(failing_command(monkeypatch, TypeError("unsupported operand"))) == 1
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and "Traceback" not in message
+    assert "internal error" in message and "TypeError: unsupported operand" in message and "--debug" in message
+
+
+def test_a_value_error_from_a_library_is_an_internal_error_not_a_user_error(monkeypatch, capsys):
+    """A ValueError raised outside specbound's own checks (here numpy's) is a bug, not bad input."""
+    import numpy as np
+
+    def broadcast(*args, **kwargs):
+        return np.zeros(2) + np.zeros(3)
+
+    monkeypatch.setattr("specbound.cli.accept.acceptance_table", broadcast)
+    assert main(["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]) == 1
+    assert "internal error" in capsys.readouterr().err
+
+
+def test_debug_shows_the_traceback_of_a_user_error(capsys):
+    arguments = ["accept", "--target", "0.5,0.6", "--draft", "0.5,0.5"]
+    assert main(arguments) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    for debug in (["--debug", *arguments], [*arguments, "--debug"]):
+        assert main(debug) == 2
+        shown = capsys.readouterr().err
+        assert "Traceback" in shown and "target_probs: rows must sum to 1" in shown
+
+
+def test_debug_shows_the_traceback_of_an_internal_error(monkeypatch, capsys):
+    assert main([*failing_command(monkeypatch, TypeError("unsupported operand")), "--debug"]) == 1
+    shown = capsys.readouterr().err
+    assert "Traceback" in shown and "TypeError: unsupported operand" in shown
+
+
+def every_parser(parser, path=("specbound",)):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, subparser in action.choices.items():
+                yield from every_parser(subparser, (*path, name))
+
+
+@pytest.mark.parametrize(("path", "parser"), [pytest.param(path, parser, id=" ".join(path))
+                                              for path, parser in every_parser(build_parser())])
+def test_help_is_plain_text_without_restructuredtext_markup(path, parser):
+    shown = parser.format_help()
+    assert "``" not in shown and not re.search(r":\w+:`", shown), shown
+
+
+def test_run_help_names_the_default_methods():
+    run = dict(every_parser(build_parser()))[("specbound", "run")].format_help()
+    assert "autoregressive, chain and tree" not in run
+    assert "autoregressive, chain and auto" in " ".join(run.split())
