@@ -52,10 +52,11 @@ from specbound.engine.lm import Entries
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
 DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)
 BATCH_TOKENS = 512  # tokens per llama_decode call (longer inputs are split)
+CELL_STEP = 256  # llama.cpp rounds a context's cells up to a multiple of this
 
 _backend_lock = threading.Lock()
 _backend_ready = False
-_LOG_ERROR = 3
+_LOG_ERROR = 4  # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error
 
 
 def llama_cpp_available() -> bool:
@@ -135,6 +136,7 @@ class LlamaCppModel:
         parameters.n_batch = n_batch
         parameters.n_ubatch = n_batch
         parameters.n_seq_max = n_seq_max
+        parameters.n_outputs_max = max(n_batch, n_seq_max)  # llama.cpp reserves an output per sequence
         parameters.n_threads = self.threads
         parameters.n_threads_batch = self.threads
         parameters.kv_unified = True  # one cell store for every sequence: branches share their prefix's cells
@@ -169,7 +171,7 @@ class _Node:
     parent: int
     position: int
     sequences: list[int]
-    children: int = 0
+    is_tip: bool = True  # a leaf whose sequence no later branch has taken: the next branch below it may
 
 
 @dataclass
@@ -234,7 +236,10 @@ class LlamaCppLM:
 
     def _open_context(self, cells: int) -> None:
         if self._context:
+            self._llama.llama_batch_free(self._batch)
             self._llama.llama_free(self._context)
+        cells = -(-max(cells, CELL_STEP) // CELL_STEP) * CELL_STEP  # llama.cpp pads its context to CELL_STEP
+        self._batch_tokens = min(self._batch_tokens, cells)
         self._context = self.model.new_context(cells, MAX_SEQUENCES, self._batch_tokens)
         self._cells = cells
         self._memory = self._llama.llama_get_memory(self._context)
@@ -262,24 +267,20 @@ class LlamaCppLM:
     def lengths(self) -> list[int]:
         return [row.length for row in self._rows]
 
-    def reset(self, batch_size: int = 1) -> None:
-        """Forget everything: an empty cache for ``batch_size`` rows."""
+    def reset(self, batch_size: int = 1, cells: int | None = None) -> None:
+        """Forget everything: an empty cache for ``batch_size`` rows. ``cells``: the KV
+        entries the batch may hold at most; a context too small for them is replaced by
+        one twice as large or as large as needed (the cache is empty, nothing is lost)."""
         self.batch_size = positive_int("batch_size", batch_size)
         if self.batch_size >= MAX_SEQUENCES:
             raise ValueError(f"batch_size: llama.cpp holds at most {MAX_SEQUENCES} sequences, {batch_size} rows asked")
+        if cells is not None and cells > self._cells:
+            self._open_context(max(cells, 2 * self._cells))
         self._llama.llama_memory_clear(self._memory, True)
         self._rows = [_Row(sequence) for sequence in range(self.batch_size)]
         self._free = list(range(MAX_SEQUENCES - 1, self.batch_size - 1, -1))  # popped from the end: lowest first
         self.forward_calls = 0
         self.model_seconds = 0.0
-
-    def reserve(self, cells: int) -> None:
-        """Make room for ``cells`` KV cells in all (an empty cache only: a new context)."""
-        if cells > self._cells:
-            if any(row.length or row.pending for row in self._rows):
-                raise ValueError("reserve: the cache is not empty")
-            self._open_context(max(cells, 2 * self._cells))
-            self.reset(self.batch_size)
 
     # -- the batched interface ----------------------------------------------------------------
     def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
@@ -326,9 +327,9 @@ class LlamaCppLM:
                 if not -1 <= parent < known + index:
                     raise ValueError(f"entries: row {b} entry {index} names parent {parent}, outside "
                                      f"[-1, {known + index})")
-        needed = sum(_leaves(row.parents, len(self._rows[b].pending)) for b, row in enumerate(entries))
-        if needed > len(self._free) + sum(state.main_open for state in self._rows):
-            raise ValueError(f"entries: the trees of this forward have {needed} new branches; llama.cpp holds "
+        needed = sum(self._new_sequences(state, row.parents) for state, row in zip(self._rows, entries))
+        if needed > len(self._free):
+            raise ValueError(f"entries: the trees of this forward need {needed} new branches; llama.cpp holds "
                              f"{MAX_SEQUENCES} sequences in all ({len(self._free)} free): a smaller tree or batch")
         self._room_for(sum(counts))
         items, index = [], {}
@@ -336,7 +337,7 @@ class LlamaCppLM:
             wanted = set(range(counts[b])) if outputs is None or outputs[b] is None else set(outputs[b])
             for entry, (token, sequences, position) in enumerate(self._place(b, row)):
                 if entry in wanted:
-                    index[b, entry] = sum(item[3] for item in items)
+                    index[b, entry] = len(index)
                 items.append((token, position, sequences, entry in wanted))
         started = time.perf_counter()
         pieces = [self._decode(items[start: start + self._batch_tokens])
@@ -416,12 +417,24 @@ class LlamaCppLM:
         for index, (token, parent) in enumerate(zip(entries.tokens, parents)):
             position = state.length if parent < 0 else (
                 state.pending[parent].position + 1 if parent < known else nodes[parent - known].position + 1)
-            if parent >= 0:
-                (state.pending[parent] if parent < known else nodes[parent - known]).children += 1
-            node = _Node(parent, position, [leaf_sequence[leaf] for leaf in leaves_below[index]])
+            node = _Node(parent, position, [leaf_sequence[leaf] for leaf in leaves_below[index]],
+                         is_tip=not children[index])
             nodes.append(node)
             yield int(token), node.sequences, position
         state.pending += nodes
+
+    @staticmethod
+    def _new_sequences(state: _Row, parents: list[int]) -> int:
+        """Sequences ``_place`` will take from the free ones for new entries with these
+        parents: one per new leaf, less one per attach point whose own sequence continues."""
+        known = len(state.pending)
+        has_child = [False] * len(parents)
+        for parent in parents:
+            if parent >= known:
+                has_child[parent - known] = True
+        attach_points = {parent for parent in parents if parent < known}
+        reused = sum(state.main_open if point < 0 else state.pending[point].is_tip for point in attach_points)
+        return sum(not flag for flag in has_child) - reused
 
     def _branch_from(self, state: _Row, attach: _Node | None, position: int) -> int:
         """A sequence for a new branch below ``attach`` (None: the committed tip) whose
@@ -433,8 +446,8 @@ class LlamaCppLM:
                 return state.sequence
             source = state.sequence
         else:
-            if attach.children == 0 and len(attach.sequences) == 1 and not getattr(attach, "_taken", False):
-                attach._taken = True
+            if attach.is_tip:
+                attach.is_tip = False
                 return attach.sequences[0]
             source = attach.sequences[0]
         sequence = self._free.pop()
@@ -470,7 +483,7 @@ class LlamaCppLM:
         used = sum(row.length + len(row.pending) for row in self._rows)
         if used + new_tokens > self._cells:
             raise ValueError(f"entries: {used} cached tokens + {new_tokens} new exceed the context's {self._cells} "
-                             "KV cells (LlamaCppLM(context_cells=...) or reserve() before decoding)")
+                             "KV cells (reset the model with the cells the batch needs)")
 
     def _checked_tokens(self, token_ids) -> list[int]:
         tokens = [int(token) for token in torch.as_tensor(token_ids, dtype=torch.long).reshape(-1).tolist()]
@@ -481,10 +494,3 @@ class LlamaCppLM:
         return tokens
 
 
-def _leaves(parents: list[int], known: int) -> int:
-    """Root-to-leaf branches among new entries with these parents (each needs a sequence)."""
-    has_child = [False] * len(parents)
-    for parent in parents:
-        if parent >= known:
-            has_child[parent - known] = True
-    return sum(not flag for flag in has_child)

@@ -1,0 +1,197 @@
+"""The llama.cpp backend (``engine.llamacpp``): the engine's LM protocol on llama.cpp's own
+forwards, and every method lossless on it.
+
+The tiny target and draft models of ``engine_fixtures`` are written as float32 GGUF files
+(``gguf_fixtures``) and loaded by llama.cpp. Tree attention through sequence ids is checked
+against each path scored alone, both by llama.cpp and by the torch model the files were
+written from; rollback and row selection against fresh prefills. Losslessness is checked as
+for the torch backend (``test_engine_lossless``): the law of the next 3 tokens is enumerated
+with llama.cpp's own forwards, computed the way decoding computes its rows (the prompt but
+its last token prefilled, then the rest scored as pending entries), and each method's 400
+samples are compared with it by the pooled χ² test at level 0.001 (its power is stated and
+checked in ``test_engine_lossless.test_the_check_has_power``).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue
+from gguf_fixtures import write_gguf
+from specbound.engine import Decoder, ModelDrafter, Processing, PromptLookupDrafter
+from specbound.engine.lm import Entries
+from specbound.engine.methods import build_method
+from test_engine_lossless import LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROMPT, TREE_VERIFIER_CASES, sample_sequences
+
+# llama.cpp is not batch-invariant: one row scored in forwards of other sizes differs by
+# rounding (up to 2e-4 in a logit seen on these files), while a node attending to a wrong
+# cell moves its logits by 0.05 or more: rows that must be the same row agree to ROUNDING.
+ROUNDING = 1e-3
+
+llamacpp = pytest.importorskip("specbound.engine.llamacpp")
+if not llamacpp.llama_cpp_available():
+    pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def gguf_models(tmp_path_factory, target_model, draft_model):
+    folder = tmp_path_factory.mktemp("gguf")
+    return (llamacpp.LlamaCppModel(write_gguf(target_model, folder / "target.gguf"), threads=1),
+            llamacpp.LlamaCppModel(write_gguf(draft_model, folder / "draft.gguf"), threads=1))
+
+
+@pytest.fixture(scope="module")
+def target_lm(gguf_models):
+    return llamacpp.LlamaCppLM(gguf_models[0], context_cells=256)
+
+
+def alone(lm, tokens):
+    """Next-token logits after ``tokens``, scored as decoding scores them: all but the last
+    prefilled, the last as one pending entry.  # -> [vocab]"""
+    lm.reset(1)
+    if len(tokens) > 1:
+        lm.prefill(0, tokens[:-1])
+    logits = lm.score([Entries.chain(tokens[-1:])]).logits(0)[0]
+    lm.commit([[]])
+    return logits
+
+
+def torch_logits(model, tokens):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens])).logits[0, -1]
+
+
+def test_a_tree_scored_through_sequence_ids_sees_each_node_s_path_only(target_lm, target_model):
+    """Entries 5 → {1 → {3}, 2} below the prefix [1, 2, 3, 4], then in a second forward two
+    children of the leaf 2 and one of 3: every node's logits equal its path's scored alone
+    (llama.cpp) and the torch model's on that path (llama.cpp keeps keys and values in
+    float16)."""
+    target_lm.reset(1)
+    target_lm.prefill(0, [1, 2, 3, 4])
+    first = target_lm.score([Entries([5, 1, 2, 3], [-1, 0, 0, 1])])
+    second = target_lm.score([Entries([4, 5, 0], [2, 2, 3])])
+    paths = [[5], [5, 1], [5, 2], [5, 1, 3]]
+    grown = [[5, 2, 4], [5, 2, 5], [5, 1, 3, 0]]
+    tree = torch.cat([first.logits(0), second.logits(0)])
+    target_lm.commit([[]])
+    by_path = torch.stack([alone(target_lm, [1, 2, 3, 4] + path) for path in paths + grown])
+    reference = torch.stack([torch_logits(target_model, [1, 2, 3, 4] + path) for path in paths + grown])
+    assert torch.allclose(tree, by_path, atol=ROUNDING)
+    assert torch.allclose(tree, reference, atol=ROUNDING)
+
+
+def test_commit_keeps_one_path_and_drops_the_rest(target_lm):
+    target_lm.reset(1)
+    target_lm.prefill(0, [1, 2])
+    target_lm.score([Entries([3, 4, 5], [-1, 0, 0])])
+    target_lm.score([Entries([1], [2])])
+    target_lm.commit([[0, 2, 3]])  # 3, 5, 1
+    assert target_lm.lengths == [5]
+    after = target_lm.score([Entries.chain([2])]).logits(0)[0]
+    target_lm.commit([[0]])
+    assert torch.allclose(after, alone(target_lm, [1, 2, 3, 5, 1, 2]), atol=ROUNDING)
+
+
+def test_an_empty_path_rolls_back_and_rows_can_leave(target_lm):
+    target_lm.reset(3)
+    for row, prompt in enumerate([[1, 2], [3, 4, 5], [2]]):
+        target_lm.prefill(row, prompt)
+    target_lm.score([Entries([1, 1], [-1, 0]), Entries([2], [-1]), Entries([3, 4], [-1, -1])])
+    target_lm.commit([[0], [], [1]])
+    assert target_lm.lengths == [3, 3, 2]
+    target_lm.select_rows([2, 0])
+    scores = target_lm.score([Entries.chain([5]), Entries.chain([5])])
+    rows = [scores.logits(0)[0], scores.logits(1)[0]]
+    target_lm.commit([[], []])
+    assert torch.allclose(rows[0], alone(target_lm, [2, 4, 5]), atol=ROUNDING)
+    assert torch.allclose(rows[1], alone(target_lm, [1, 2, 1, 5]), atol=ROUNDING)
+
+
+def test_only_the_entries_asked_for_have_logits(target_lm):
+    target_lm.reset(1)
+    scores = target_lm.score([Entries.chain([1, 2, 3])], outputs=[[2]])
+    assert scores.logits(0, 2).shape == (1, target_lm.logits_size)
+    with pytest.raises(ValueError, match="not asked for"):
+        scores.logits(0, 0)
+    target_lm.commit([[]])
+
+
+def test_bad_entries_are_refused_before_anything_changes(target_lm):
+    target_lm.reset(1)
+    target_lm.prefill(0, [1, 2])
+    with pytest.raises(ValueError, match="parent"):
+        target_lm.score([Entries([1, 2], [-1, 5])])
+    with pytest.raises(ValueError, match="token_ids"):
+        target_lm.score([Entries([99], [-1])])
+    assert target_lm.lengths == [2]
+    assert torch.allclose(target_lm.score([Entries.chain([3])]).logits(0)[0], alone(target_lm, [1, 2, 3]),
+                          atol=ROUNDING)
+
+
+def test_a_full_cache_grows_when_reset_for_more(gguf_models):
+    """A context holds 256 cells at least (llama.cpp's step); past them a prefill is refused
+    with a clear error, and ``reset(cells=)`` makes a larger context."""
+    lm = llamacpp.LlamaCppLM(gguf_models[0], context_cells=16)
+    prompt = [1, 2, 3, 4, 5] * 60
+    with pytest.raises(ValueError, match="KV cells"):
+        lm.prefill(0, prompt)
+    lm.reset(1, cells=len(prompt))
+    assert lm.prefill(0, prompt).shape == (1, lm.logits_size)
+
+
+def llamacpp_law(lm, prompt, processing, num_tokens, eos=EOS) -> dict[tuple, float]:
+    """The law of the next ``num_tokens`` tokens with llama.cpp's own forwards, each prefix's
+    row computed as decoding computes it (``alone``), stopping at EOS."""
+    law, finished = {(): 1.0}, {}
+    for _ in range(num_tokens):
+        grown = {}
+        for prefix, mass in law.items():
+            row = processing.probs(alone(lm, list(prompt) + list(prefix))[None]).double().numpy()[0]
+            row /= row.sum()
+            for token in np.flatnonzero(row > 0):
+                (finished if token == eos else grown)[prefix + (int(token),)] = mass * row[token]
+        law = grown
+    return {**finished, **law}
+
+
+def llamacpp_decoder(gguf_models, processing, drafter="model"):
+    target = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256)
+    drafters = {"model": lambda: ModelDrafter(llamacpp.LlamaCppLM(gguf_models[1], context_cells=256), processing),
+                "lookup": lambda: PromptLookupDrafter(target.logits_size)}
+    return Decoder(target, drafters[drafter](), processing, eos_token_ids=[EOS])
+
+
+CASES = {**LOSSLESS_CASES, **TREE_VERIFIER_CASES}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_every_method_on_llama_cpp_generates_the_target_sequence_law(case, gguf_models, target_lm):
+    name, options, processing = case
+    samples = sample_sequences(llamacpp_decoder(gguf_models, processing), build_method(name, **options))
+    law = llamacpp_law(target_lm, PROMPT, processing, NEW_TOKENS)
+    pvalue = chi_square_pvalue(samples, law)
+    assert pvalue > SIGNIFICANCE, f"{name} {options}: χ² p-value {pvalue:.2e}"
+
+
+def test_prompt_lookup_on_llama_cpp_generates_the_target_sequence_law(gguf_models, target_lm):
+    processing = Processing()
+    decoder = llamacpp_decoder(gguf_models, processing, drafter="lookup")
+    samples = sample_sequences(decoder, build_method("chain", gamma=2), prompt=LOOKUP_PROMPT)
+    assert chi_square_pvalue(samples, llamacpp_law(target_lm, LOOKUP_PROMPT, processing, NEW_TOKENS)) > SIGNIFICANCE
+
+
+@pytest.mark.parametrize("name, options", [("chain", {"gamma": 2}), ("sparse", {"budget": 5, "depth": 2, "width": 3})])
+def test_batched_decoding_on_llama_cpp_generates_the_target_sequence_law(name, options, gguf_models, target_lm):
+    """Rows of a batch (prompts of different lengths, leaving as they end) each follow
+    their own prompt's law."""
+    processing = Processing()
+    decoder = llamacpp_decoder(gguf_models, processing)
+    method = build_method(name, **options)
+    prompts = [PROMPT, [2, 3, 1], PROMPT]
+    samples = [[], [], []]
+    generators = [torch.Generator().manual_seed(seed) for seed in range(3)]
+    for _ in range(200):
+        for row, generation in enumerate(decoder.generate_batch(prompts, method, NEW_TOKENS, generators)):
+            samples[row].append(tuple(generation.tokens))
+    for prompt, rows in zip(prompts, samples):
+        assert chi_square_pvalue(rows, llamacpp_law(target_lm, prompt, processing, NEW_TOKENS)) > SIGNIFICANCE
