@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from engine.engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
+from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
 from specbound.models.quantize import Int4Linear, Int8Linear, int4_grid, quantize
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from engine.engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
+from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
 
