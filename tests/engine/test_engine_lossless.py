@@ -52,7 +52,7 @@ LOSSLESS_CASES = {
     "chain": ("chain", {"gamma": 2}, Processing()),
     "tree-rrs_without_replacement": (
         "tree", {"num_drafts": 2, "depth": 2, "verifier": "rrs_without_replacement"}, Processing()),
-    # with replacement: equal drafts share a subtree; K-SEQ runs the numpy reference path
+    # with replacement: equal drafts share a subtree; K-SEQ on its torch path (the engine's)
     "tree-kseq": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "kseq"}, Processing()),
     # top-p leaves some nodes with a one-token draft law: SpecHub hands over to one draft
     "tree-spechub-top_p": (
