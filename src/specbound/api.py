@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbound.checks import finite_number, positive_int
+from specbound.checks import finite_number, positive_int, unicode_text
 from specbound.engine import Processing, RunStats, build_method
 from specbound.engine.planner import Planner
 
@@ -81,6 +81,8 @@ class Speculator:
                  streamer=None, chat: bool = True, **method_options) -> Result:
         """Decode ``prompt`` (text, formatted with the chat template when ``chat``, or token
         ids as they are)."""
+        if isinstance(prompt, str):
+            unicode_text("prompt", prompt)
         positive_int("max_new_tokens", max_new_tokens)
         finite_number("temperature", temperature, 0.0)
         processing = Processing(temperature, top_k, top_p, self.pair.vocab_size)
@@ -119,5 +121,8 @@ def generate(prompt, max_new_tokens: int = 128, temperature: float = 0.7, top_k:
              target: str = "default-target", draft: str | None = "default-draft", **options) -> Result:
     """``Speculator(target, draft).generate(prompt, ...)`` in one call (loads the models:
     keep a ``Speculator`` to decode several prompts)."""
+    if isinstance(prompt, str):
+        unicode_text("prompt", prompt)  # before the models load
+    positive_int("max_new_tokens", max_new_tokens)
     return Speculator(target, draft).generate(prompt, max_new_tokens, temperature, top_k, top_p, method, seed,
                                               streamer, **options)

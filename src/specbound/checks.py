@@ -36,6 +36,19 @@ def finite_number(name: str, value, low: float = -math.inf, high: float = math.i
     return float(value)
 
 
+def unicode_text(name: str, value) -> str:
+    """``value`` as a str that UTF-8 can encode: no lone surrogate, which is what Python
+    makes of bytes that are not UTF-8 (in a command-line argument, say)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: expected a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name}: not valid Unicode text (character {error.start:,} is {value[error.start]!r}, "
+                         "from bytes that are not UTF-8)") from None
+    return value
+
+
 class WorkLimitError(ValueError):
     """A request whose estimated work (time or memory) is beyond a stated limit: refused
     before it starts, with the estimate and the limit in the message, so a command exits

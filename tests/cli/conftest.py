@@ -3,8 +3,9 @@
 import pytest
 
 
-class ModelWouldLoad(Exception):
-    """Raised where a command would load a model: every value before it was accepted."""
+class ModelWouldLoad(BaseException):
+    """Raised where a command would load a model: every value before it was accepted (a
+    BaseException, as KeyboardInterrupt is, so that no error handling of the command takes it)."""
 
 
 @pytest.fixture

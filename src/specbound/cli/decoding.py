@@ -4,9 +4,11 @@ device; how to sample; which method (``auto`` or one of the engine's, with its o
 from __future__ import annotations
 
 import argparse
+import math
 
 from specbound import arguments
-from specbound.engine.methods import METHODS, build_method, method_options
+from specbound.bounds import MAX_LP_VARIABLES
+from specbound.engine.methods import METHODS, Budget, Method, build_method, method_options
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
 from specbound.models.quantize import PRECISIONS
@@ -73,6 +75,52 @@ def _option_value(text: str) -> int | float | str:
         except ValueError:
             pass
     return text
+
+
+MAX_NEW_TOKENS = 2**20  # more positions than any model here has (Qwen2.5: 32,768)
+
+
+def check_sampling(args, method: str, options: dict, option: str = "method") -> None:
+    """What can be refused before the models load beyond each value's own check: more new
+    tokens than any model has positions, and a method the sampling settings make too large
+    for its verifier (``check_enumeration``); messages name ``option`` for the method."""
+    if args.max_new_tokens > MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens: --max-new-tokens {args.max_new_tokens:,} is more than any model's "
+                         f"context holds (at most {MAX_NEW_TOKENS:,} here)")
+    if method != "auto":
+        check_enumeration(build_method(method, **options), args.temperature, args.top_k, args.top_p, option)
+
+
+def check_enumeration(method: Method, temperature: float, top_k: int | None, top_p: float | None,
+                      option: str = "method") -> None:
+    """Refuse a method whose verifier enumerates every tuple of a node's drafts
+    (``Verifier.scalable`` False: the optimal verifier's linear program has tuples × V
+    variables, at most ``MAX_LP_VARIABLES``) where the sampling lets the draft sample more
+    tokens than any vocabulary V leaves room for: every token (a positive temperature, no
+    --top-k or --top-p), or a --top-k above that size. A --top-p bounds the draft's tokens
+    by what the model says: that is checked when decoding."""
+    deciders = method.verifiers if method.tree_verifier is None else (method.tree_verifier,)
+    enumerating = next((verifier for verifier in deciders if not verifier.scalable), None)
+    if enumerating is None or temperature == 0 or (top_k is None and top_p is not None):
+        return
+    num_drafts = method.shape.max_children if isinstance(method.shape, Budget) else max(method.shape.branching)
+
+    def variables(tokens: int) -> int:  # the tuples of num_drafts drafts from `tokens` tokens, × V ≥ tokens
+        distinct = enumerating.scheme != "with_replacement"
+        return (math.perm(tokens, num_drafts) if distinct else tokens**num_drafts) * tokens
+
+    largest = 1
+    while variables(largest + 1) <= MAX_LP_VARIABLES:
+        largest += 1
+    if top_k is not None and top_k <= largest:
+        return
+    drawn = (f"--top-k {top_k:,} lets the draft sample {top_k:,} tokens" if top_k is not None
+             else "without --top-k the draft samples every token of the vocabulary")
+    raise ValueError(
+        f"{option}: the {enumerating.name} verifier of {method.name} solves a linear program over every tuple of "
+        f"a node's {num_drafts} drafts and every token of the vocabulary (tuples × V variables, at most "
+        f"{MAX_LP_VARIABLES:,}); {drawn}, beyond that limit for any vocabulary over {largest:,} tokens: give "
+        f"--top-k {largest:,} or less, --temperature 0, or another verifier")
 
 
 def load_speculator(args):

@@ -1,5 +1,5 @@
 """``specbound generate "PROMPT"``: decode one prompt and stream the text as tokens are
-accepted (``-`` or no prompt: read it from standard input).
+accepted (a prompt of '-', or none, is read from standard input, which must be UTF-8).
 
 The method defaults to ``auto``: the planner measures this machine's forward costs once
 (kept in the cache), then picks chain or tree and their sizes step by step from the
@@ -17,7 +17,15 @@ import sys
 import torch
 
 from specbound import arguments
-from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
+from specbound.checks import unicode_text
+from specbound.cli.decoding import (
+    add_model_arguments,
+    add_sampling_arguments,
+    check_sampling,
+    load_speculator,
+    parse_method,
+)
+from specbound.cli.inputs import standard_input_text
 
 
 class TextStream:
@@ -51,10 +59,11 @@ class TextStream:
 
 
 def run(args: argparse.Namespace) -> int:
-    prompt = args.prompt if args.prompt not in (None, "-") else sys.stdin.read()
-    if not prompt.strip():
+    prompt = args.prompt if args.prompt not in (None, "-") else standard_input_text("prompt")
+    if not unicode_text("prompt", prompt).strip():
         raise ValueError("prompt: empty (give it as an argument or on standard input)")
     method, options = parse_method(args.method)
+    check_sampling(args, method, options)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)

@@ -1,9 +1,10 @@
 """Inputs shared by several commands: a (target, draft) pair from the command line or a
-JSON file."""
+JSON file; text from standard input."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +78,14 @@ def add_pair_arguments(parser, default_help: str = "") -> None:
     parser.add_argument("--target", help="target probabilities p: '0.4,0.3,0.2,0.1' or a JSON file "
                         f'(a list, or {{"target": [...], "draft": [...]}}){default_help}')
     parser.add_argument("--draft", help="draft probabilities q (same forms); defaults to the JSON file of --target")
+
+
+def standard_input_text(name: str) -> str:
+    """All of standard input as UTF-8 text; ValueError naming ``name`` (and the first bad
+    byte) when it is not UTF-8."""
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: standard input is not UTF-8 text (byte {error.start:,} of {len(data):,} is "
+                         f"0x{data[error.start]:02x})") from None

@@ -22,7 +22,13 @@ from tqdm import tqdm
 from specbound import arguments
 from specbound.cli.output import format_table
 from specbound.datasets import load_prompts
-from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
+from specbound.cli.decoding import (
+    add_model_arguments,
+    add_sampling_arguments,
+    check_sampling,
+    load_speculator,
+    parse_method,
+)
 from specbound.engine import METHODS, Processing, RunStats, build_method
 from specbound.engine.planner import Planner
 from specbound.plots.run import plot_run
@@ -76,6 +82,8 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     methods = parse_methods(args)
+    for name, options in methods.values():
+        check_sampling(args, name, options, option="methods")
     try:
         prompts = load_prompts(args.prompts, limit=args.limit)
     except ValueError as error:

@@ -7,10 +7,12 @@ A tokenizer without a chat template gets the text as it is.
 
 from __future__ import annotations
 
+from specbound.checks import unicode_text
+
 
 def encode_prompt(tokenizer, text: str) -> list[int]:
     """Token ids of ``text`` as a user turn awaiting the assistant's answer."""
-    if not isinstance(text, str) or not text:
+    if not unicode_text("text", text):
         raise ValueError("text: expected a non-empty prompt string")
     if getattr(tokenizer, "chat_template", None):
         rendered = tokenizer.apply_chat_template(
