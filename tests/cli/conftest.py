@@ -2,10 +2,7 @@
 
 import pytest
 
-
-class ModelWouldLoad(BaseException):
-    """Raised where a command would load a model: every value before it was accepted (a
-    BaseException, as KeyboardInterrupt is, so that no error handling of the command takes it)."""
+from cli_fixtures import ModelWouldLoad
 
 
 @pytest.fixture

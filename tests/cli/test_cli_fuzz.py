@@ -10,9 +10,10 @@ values (huge numbers, 0, a large seed) are refused or run — within FUZZ_SECOND
 whose converter the test does not know gets every value as MAY_ACCEPT: no traceback, no
 status but 0 and 2, no time beyond the bound.
 
-``run`` and ``study`` must check their values before any model loads: the one place that
-loads a model (``models.loading.load_model``) is replaced by a stub that raises
-``ModelWouldLoad``, and reaching it counts as "accepted" (no model is ever loaded here).
+``run``, ``generate`` and ``study`` must check their values before any model loads: the two
+ways a pair loads (``models.loading.load_model``, llama.cpp's ``load_llamacpp_pair``) are
+replaced by stubs that raise ``cli_fixtures.ModelWouldLoad`` (``conftest.no_model_loads``),
+and reaching one counts as "accepted" (no model is ever loaded here).
 Their --target/--draft name models, which only loading can check; they are not fuzzed.
 Each call is also stopped by an alarm past FUZZ_SECONDS, so a hang fails the test instead
 of stalling it. Calls run in-process (``main``); a few subprocesses prove the same end to
@@ -32,6 +33,7 @@ import time
 
 import pytest
 
+from cli_fixtures import ModelWouldLoad
 from specbound.cli import build_parser, main
 
 FUZZ_SECONDS = 10.0  # an accepted call at the small base settings below, or any refusal
@@ -73,10 +75,6 @@ UNTYPED_KINDS = {  # options that take text, by (command, dest)
 }
 MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study") for source in ("target", "draft")}
 KNOWN_OPEN: dict = {}  # (command, option): (values not run here, why, whose); none open today
-
-
-class ModelWouldLoad(Exception):
-    """Raised where a command would load a model: every value was accepted."""
 
 
 class TookTooLong(Exception):
@@ -145,14 +143,6 @@ def base_arguments(path, places, positional_fuzzed: bool = False) -> list[str]:
         ("report",): [],
         ("generate",): ["--max-new-tokens", "2", "--quiet", *([] if positional_fuzzed else ["a prompt"])],
     }.get(path, ["--dataset", places["prompts"], "--max-new-tokens", "2", "--out", out, "--quiet"])
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise ModelWouldLoad
-
-    monkeypatch.setattr("specbound.models.loading.load_model", refuse)  # load_pair imports it when called
 
 
 def call(argv) -> tuple[str, float]:
