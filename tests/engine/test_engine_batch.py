@@ -89,3 +89,93 @@ def test_prompts_longer_than_the_positions_are_refused(target_model, draft_model
     limit = target_model.config.max_position_embeddings
     with pytest.raises(ValueError, match="max_position_embeddings"):
         engine.generate([1] * (limit - 2), build_method("chain"), 5, torch.Generator())
+
+
+@pytest.mark.parametrize("name", ["autoregressive", "chain", "sparse", "tree-kseq"])
+def test_sequences_joining_and_leaving_a_running_batch_get_the_tokens_they_get_alone(name, target_model,
+                                                                                     draft_model):
+    """The step-level API: sequences join between steps (each with its own token limit),
+    one is removed mid-way; every one that runs to its end gets its solo tokens."""
+    engine = decoder(target_model, draft_model, Processing(temperature=0.9))
+    method = build_method(name.split("-")[0], **METHODS[name])
+    limits = [9, 5, 12, 7, 10]
+    alone = [engine.generate(prompt, method, limit, torch.Generator().manual_seed(40 + row)).tokens
+             for row, (prompt, limit) in enumerate(zip(PROMPTS, limits))]
+    batch = engine.start(method)
+    joined = {}
+    removed = None
+    for step in range(200):
+        if step in (0, 1, 3):  # two join at once, then one by one into the running batch
+            for row in {0: [0, 1], 1: [2], 3: [3, 4]}[step]:
+                joined[row] = batch.add(PROMPTS[row], limits[row], torch.Generator().manual_seed(40 + row))
+        if step == 4:
+            assert batch.active, "every sequence ended before one could be removed"
+            removed = batch.active[len(batch.active) // 2]
+            batch.remove(removed)
+            assert removed.done and removed.finish_reason == "removed"
+            assert engine.target.batch_size == len(batch.active) and removed not in batch.sequences
+        batch.step()
+        assert engine.target.batch_size == len(batch.active)
+        if step > 3 and not batch.sequences:
+            break
+    assert not batch.sequences and batch.step() == []
+    for row, sequence in joined.items():
+        if sequence is not removed:
+            assert sequence.new_tokens == alone[row], row
+            assert batch.generation(sequence).tokens == alone[row]
+    removed_row = next(row for row, sequence in joined.items() if sequence is removed)
+    assert removed.new_tokens == alone[removed_row][: len(removed.new_tokens)]
+
+
+def test_a_batch_reopens_after_it_emptied(target_model, draft_model):
+    """Every sequence gone, the next one resets the caches and decodes as it would alone."""
+    engine = decoder(target_model, draft_model)
+    method = build_method("chain", gamma=3)
+    batch = engine.start(method)
+    first = batch.add([1, 2], 4, torch.Generator().manual_seed(0))
+    while batch.sequences:
+        batch.step()
+    second = batch.add([3, 1, 4], 6, torch.Generator().manual_seed(1))
+    while batch.sequences:
+        batch.step()
+    assert first.new_tokens == engine.generate([1, 2], method, 4, torch.Generator().manual_seed(0)).tokens
+    assert second.new_tokens == engine.generate([3, 1, 4], method, 6, torch.Generator().manual_seed(1)).tokens
+
+
+def test_a_bad_sequence_is_refused_when_added_and_the_batch_runs_on(target_model, draft_model):
+    engine = decoder(target_model, draft_model)
+    batch = engine.start(build_method("chain", gamma=2))
+    kept = batch.add([1, 2], 3, torch.Generator().manual_seed(0))
+    limit = target_model.config.max_position_embeddings
+    for prompt, limit_tokens, message in (([], 3, "prompt_ids"), ([1] * limit, 3, "max_position_embeddings"),
+                                          ([1, VOCAB], 3, "prompt_ids"), ([1], 0, "max_new_tokens")):
+        with pytest.raises(ValueError, match=message):
+            batch.add(prompt, limit_tokens, torch.Generator())
+    while batch.sequences:
+        batch.step()
+    assert len(kept.new_tokens) == 3 or kept.finish_reason == "eos"
+
+
+def test_an_added_row_scores_as_the_same_sequence_alone(target_model):
+    """CausalLM.add_row: the new row, prefilled, gives the logits its sequence gets in a
+    cache of its own, and the rows already there keep theirs."""
+    from specbound.engine import CausalLM
+    from specbound.engine.lm import Entries
+
+    batched, alone = CausalLM(target_model), CausalLM(target_model)
+    batched.reset(1)
+    batched.prefill(0, [1, 2, 3, 4])
+    before = batched.score([Entries.chain([5])]).logits(0)
+    batched.commit([[]])
+    assert batched.add_row() == 1 and batched.lengths == [4, 0]
+    batched.prefill(1, [2, 5])
+    scores = batched.score([Entries.chain([5]), Entries([3, 1], [-1, -1])])
+    alone.reset(1)
+    alone.prefill(0, [2, 5])
+    expected = alone.score([Entries([3, 1], [-1, -1])]).logits(0)
+    torch.testing.assert_close(scores.logits(1), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(scores.logits(0), before, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="commit"):
+        batched.add_row()
+    batched.commit([[0], [1]])
+    assert batched.lengths == [5, 3]

@@ -20,6 +20,14 @@ the generated sequence has the target's law; stopping at the first EOS and cutti
 of a sequence comes from its own ``torch.Generator``, drawn in the same order whatever the
 batch: same seed, same tokens, alone or batched.
 
+**Step by step.** ``Decoder.start`` opens a ``Batch``: sequences join it with ``add`` (they
+are admitted, their prompts prefilled, at the start of the next ``step``), leave it when
+they finish or are ``remove``d (their cache rows freed at once), and ``step`` runs one step
+for every sequence in it — what a server's continuous batching needs. ``generate_batch`` is
+a loop over it: one decoding path. Since a sequence draws only from its own generator, in
+its own order, joining and leaving change no sequence's tokens where the forward is
+batch-invariant (float32 torch models; ``engine.llamacpp`` says where it is not).
+
 ``record_target_probs=True`` also returns, for every emitted token, the target law it was
 emitted under, p(· | its prefix) — the row the verifier (or the bonus draw) used — so a
 study gets the target's exact distributions along a generation without a second forward.
@@ -47,8 +55,13 @@ from specbound.verifiers.tree import tokenwise_expected_accepted
 
 
 class Drafter(Protocol):
+    """Builds each step's draft trees. Its ``language_models`` (the models it runs: their
+    forward calls and seconds are counted) hold one row per sequence of the batch, in batch
+    order, each prefilled with its prompt but the last token, as ``reset`` leaves them: a
+    sequence joining a running batch is given such a row in each (``Batch``)."""
+
     vocab_size: int
-    language_models: list  # the models it runs (their forward calls and seconds are counted)
+    language_models: list
 
     def reset(self, prompts: list[list[int]]) -> None: ...
 
@@ -88,22 +101,31 @@ class StepOutcome:
 
 
 @dataclass
-class _Sequence:
+class Sequence:
     """One sequence of a batch while it decodes."""
 
-    index: int  # position in the caller's list
-    context: list[int]
+    index: int  # order of joining its batch (for generate_batch: position in the caller's list)
+    prompt: list[int]
+    max_new_tokens: int
     generator: torch.Generator
+    context: list[int] = field(default_factory=list)  # prompt and new tokens
     stats: RunStats = field(default_factory=RunStats)
     new_tokens: list[int] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)
-    finish_reason: str = "length"
+    finish_reason: str = "length"  # "eos", "length", or "removed" (taken out by Batch.remove)
     done: bool = False
+
+    def __post_init__(self):
+        self.context = self.context or list(self.prompt)
+
+    def cells(self, method) -> int:
+        """Cache entries the sequence may need at most (the LMs' ``cells`` hint)."""
+        return len(self.prompt) + self.max_new_tokens + method.max_nodes + 1
 
 
 class Decoder:
     """Target model + drafter + the shared logits processing; ``generate`` and
-    ``generate_batch`` run a method.
+    ``generate_batch`` run a method, ``start`` opens a ``Batch`` to run it step by step.
 
     ``batch_heads``: apply the target's output head to every node of a step's tree (of every
     row) in one call right after the target's forward (``Scores.prefetch``), instead of node
@@ -152,65 +174,38 @@ class Decoder:
         drafted, for sequence ``index`` of ``prompts``, with its ``DraftTree`` and the target
         rows of all its nodes ``[nodes, vocab]`` (node order) — for studies that compare
         verifiers on the same drafted steps; it costs one head and one softmax per node."""
-        prompts = [[int(token) for token in prompt] for prompt in prompts]
-        self._check(prompts, method, max_new_tokens, generators, streamer)
-        batch_stats = RunStats()
-        started = time.perf_counter()
-        sequences = [_Sequence(index, list(prompt), generator) for index, (prompt, generator)
-                     in enumerate(zip(prompts, generators))]
-        cells = sum(len(prompt) for prompt in prompts) + len(prompts) * (max_new_tokens + method.max_nodes + 1)
-        with batch_stats.timed("prefill"):
-            self.target.reset(len(prompts), cells)
-            for row, prompt in enumerate(prompts):
-                if len(prompt) > 1:
-                    self.target.prefill(row, prompt[:-1])
-            if method.depth > 0:
-                self.drafter.reset(prompts, cells)
+        if not prompts or not all(len(prompt) for prompt in prompts):
+            raise ValueError("prompt_ids: expected at least one token per prompt")
+        positive_int("max_new_tokens", max_new_tokens)
+        if len(generators) != len(prompts):
+            raise ValueError(f"generator: expected one torch.Generator per prompt ({len(prompts)})")
+        if streamer is not None and len(prompts) != 1:
+            raise ValueError("streamer: streams one sequence; use generate")
+        batch = self.start(method, record_target_probs, record_expected, observer)
+        sequences = [batch.add(prompt, max_new_tokens, generator) for prompt, generator in zip(prompts, generators)]
         if streamer is not None:
-            streamer.put(torch.tensor(prompts[0]))
-        models = [self.target] + (self.drafter.language_models if method.depth > 0 else [])
-        model_seconds_before = sum(lm.model_seconds for lm in models)
-        active = list(sequences)
-        planner = method if isinstance(method, Planner) else None
-        step = 0
-        while active:
-            current = planner.method_for(step) if planner else method
-            trees_and_outcomes = self._step(active, current, max_new_tokens, batch_stats, record_expected, observer)
-            outcomes = [outcome for _, outcome in trees_and_outcomes]
-            if planner is not None:
-                for tree, outcome in trees_and_outcomes:
-                    if len(tree) > 1:
-                        planner.observe(current, tree, outcome.path, outcome.target_probs)
-            step += 1
-            for sequence, outcome in zip(active, outcomes):
-                emitted = self._emit(sequence, outcome, max_new_tokens, record_target_probs)
+            streamer.put(torch.tensor(sequences[0].prompt))
+        while batch.sequences:
+            for _, emitted in batch.step():
                 if streamer is not None and emitted:
                     streamer.put(torch.tensor(emitted))
-            remaining = [row for row, sequence in enumerate(active) if not sequence.done]
-            if len(remaining) < len(active):
-                self.target.select_rows(remaining)
-                if method.depth > 0:
-                    self.drafter.select_rows(remaining)
-                active = [active[row] for row in remaining]
         if streamer is not None:
             streamer.end()
-        wall = time.perf_counter() - started
-        model_seconds = sum(lm.model_seconds for lm in models) - model_seconds_before
-        generations = []
-        for sequence in sequences:
-            stats = sequence.stats
-            stats.tokens_generated = len(sequence.new_tokens)
-            stats.seconds = dict(batch_stats.seconds)
-            stats.wall_seconds = wall
-            stats.model_seconds = model_seconds
-            probs = torch.cat(sequence.rows) if record_target_probs and sequence.rows else None
-            generations.append(Generation(sequence.new_tokens, sequence.finish_reason, stats, probs))
-        return generations
+        return [batch.generation(sequence) for sequence in sequences]
+
+    def start(self, method: Method | Planner, record_target_probs: bool = False, record_expected: bool = False,
+              observer=None) -> Batch:
+        """An empty ``Batch`` decoding with ``method`` (the options as ``generate_batch``
+        takes them); sequences join it with ``Batch.add``. One batch at a time per decoder:
+        it owns the decoder's caches."""
+        if method.depth > 0 and self.drafter is None:
+            raise ValueError(f"method: {method.name} drafts tokens but the decoder has no drafter")
+        return Batch(self, method, record_target_probs, record_expected, observer)
 
     # -- one step ----------------------------------------------------------------------------
-    def _step(self, active: list[_Sequence], method: Method, max_new_tokens: int, stats: RunStats,
-              record_expected: bool, observer=None) -> list[tuple[DraftTree, StepOutcome]]:
-        depths = [min(method.depth, max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
+    def _step(self, active: list[Sequence], method: Method, stats: RunStats, record_expected: bool,
+              observer=None) -> list[tuple[DraftTree, StepOutcome]]:
+        depths = [min(method.depth, sequence.max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
         contexts = [sequence.context for sequence in active]
         with stats.timed("draft"):
             if max(depths) > 0:
@@ -253,7 +248,7 @@ class Decoder:
             sequence.stats.tree_sizes.append(len(tree) - 1)
         return list(zip(trees, outcomes))
 
-    def _verify(self, scores, row: int, tree: DraftTree, root_entry: int, method: Method, sequence: _Sequence,
+    def _verify(self, scores, row: int, tree: DraftTree, root_entry: int, method: Method, sequence: Sequence,
                 stats: RunStats, record_expected: bool) -> StepOutcome:
         if method.tree_verifier is not None and len(tree) > 1:
             return self._verify_tree(scores, row, tree, root_entry, method, sequence, stats, record_expected)
@@ -325,9 +320,9 @@ class Decoder:
         return tree.drafted(target_rows)
 
     # -- bookkeeping -------------------------------------------------------------------------
-    def _emit(self, sequence: _Sequence, outcome: StepOutcome, max_new_tokens: int, record_target_probs: bool) -> list[int]:
-        """Append the step's tokens to the sequence, up to an EOS or the length limit."""
-        emitted = outcome.emitted[: max_new_tokens - len(sequence.new_tokens)]
+    def _emit(self, sequence: Sequence, outcome: StepOutcome, record_target_probs: bool) -> list[int]:
+        """Append the step's tokens to the sequence, up to an EOS or its length limit."""
+        emitted = outcome.emitted[: sequence.max_new_tokens - len(sequence.new_tokens)]
         for index, token in enumerate(emitted):
             if token in self.eos_token_ids:
                 emitted, sequence.finish_reason = emitted[: index + 1], "eos"
@@ -336,31 +331,148 @@ class Decoder:
         sequence.context += emitted
         if record_target_probs:
             sequence.rows += outcome.target_probs[: len(emitted)]
-        sequence.done = sequence.finish_reason == "eos" or len(sequence.new_tokens) >= max_new_tokens
+        sequence.done = sequence.finish_reason == "eos" or len(sequence.new_tokens) >= sequence.max_new_tokens
         return emitted
 
-    def _check(self, prompts, method, max_new_tokens, generators, streamer) -> None:
-        if not prompts or any(not prompt for prompt in prompts):
+    def check_sequence(self, prompt: list[int], max_new_tokens: int, generator: torch.Generator) -> None:
+        """Refuse (ValueError naming the argument) a sequence the models cannot decode: no
+        prompt, token ids outside the vocabulary, more positions than the model has, a
+        generator that is not a ``torch.Generator`` on the models' device."""
+        if not prompt:
             raise ValueError("prompt_ids: expected at least one token per prompt")
         positive_int("max_new_tokens", max_new_tokens)
-        if len(generators) != len(prompts) or not all(isinstance(g, torch.Generator) for g in generators):
-            raise ValueError(f"generator: expected one torch.Generator per prompt ({len(prompts)})")
+        if not isinstance(generator, torch.Generator):
+            raise ValueError("generator: expected one torch.Generator per prompt")
         device = self.target.device
-        if any(generator.device.type != device.type for generator in generators):
+        if generator.device.type != device.type:
             raise ValueError(f"generator: the models run on {device.type}; draw from "
                              f"torch.Generator(device={device.type!r}) so that sampling stays on the device")
-        if method.depth > 0 and self.drafter is None:
-            raise ValueError(f"method: {method.name} drafts tokens but the decoder has no drafter")
-        if streamer is not None and len(prompts) != 1:
-            raise ValueError("streamer: streams one sequence; use generate")
         limit = self.target.max_positions
-        longest = max(len(prompt) for prompt in prompts)
-        if limit is not None and longest + max_new_tokens > limit:
+        if limit is not None and len(prompt) + max_new_tokens > limit:
             raise ValueError(
-                f"prompt_ids: {longest} prompt tokens + {max_new_tokens} new tokens exceed the model's {limit} "
+                f"prompt_ids: {len(prompt)} prompt tokens + {max_new_tokens} new tokens exceed the model's {limit} "
                 "positions (max_position_embeddings)"
             )
-        for prompt in prompts:
-            if max(prompt) >= self.vocab_size or min(prompt) < 0:
-                raise ValueError(f"prompt_ids: token ids must lie in [0, {self.vocab_size})")
+        if max(prompt) >= self.vocab_size or min(prompt) < 0:
+            raise ValueError(f"prompt_ids: token ids must lie in [0, {self.vocab_size})")
 
+
+class Batch:
+    """Sequences decoded together, one ``step`` at a time (module docstring, "Step by step").
+
+    ``add`` queues a sequence; the next ``step`` admits every queued one — the first
+    admissions into an empty batch reset the caches for them, later ones add a row to each
+    (``add_row``), each prompt prefilled alone — then runs one step for every admitted
+    sequence. A sequence that ends (EOS, its own ``max_new_tokens``) leaves the batch in the
+    step that ended it; ``remove`` takes one out between steps, its cache rows freed at once.
+    ``method`` (a ``Method`` or a ``Planner``, which re-plans every few of the batch's steps)
+    is the batch's for its life. ``stats`` holds the batch's phase times."""
+
+    def __init__(self, decoder: Decoder, method: Method | Planner, record_target_probs: bool = False,
+                 record_expected: bool = False, observer=None):
+        self.decoder = decoder
+        self.method = method
+        self.planner = method if isinstance(method, Planner) else None
+        self.record_target_probs = record_target_probs
+        self.record_expected = record_expected
+        self.observer = observer
+        self.stats = RunStats()
+        self.active: list[Sequence] = []  # the admitted sequences, in cache row order
+        self.joining: list[Sequence] = []  # added, admitted at the next step
+        self.steps = 0
+        self.model_seconds = 0.0  # inside the models during steps (prefill excluded)
+        self._drafts = method.depth > 0
+        self._added = 0
+        self._started = time.perf_counter()
+
+    @property
+    def sequences(self) -> list[Sequence]:
+        """Every sequence not yet done: admitted, then queued."""
+        return self.active + self.joining
+
+    def add(self, prompt_ids, max_new_tokens: int, generator: torch.Generator) -> Sequence:
+        """Queue a sequence (checked now: ``Decoder.check_sequence``); it joins at the next step."""
+        prompt = [int(token) for token in prompt_ids]
+        self.decoder.check_sequence(prompt, max_new_tokens, generator)
+        sequence = Sequence(self._added, prompt, max_new_tokens, generator)
+        self._added += 1
+        self.joining.append(sequence)
+        return sequence
+
+    def remove(self, sequence: Sequence) -> None:
+        """Take ``sequence`` out of the batch now (between steps); its finish reason becomes
+        "removed" unless it had already ended."""
+        if not sequence.done:
+            sequence.done, sequence.finish_reason = True, "removed"
+        if sequence in self.joining:
+            self.joining.remove(sequence)
+        elif sequence in self.active:
+            self._keep([row for row, other in enumerate(self.active) if other is not sequence])
+
+    def step(self) -> list[tuple[Sequence, list[int]]]:
+        """Admit the queued sequences, run one step for every admitted one; return each
+        one's new tokens (EOS included; cut at its limit). Sequences that ended leave."""
+        self._admit()
+        if not self.active:
+            return []
+        decoder = self.decoder
+        current = self.planner.method_for(self.steps) if self.planner else self.method
+        models = self._models()
+        model_seconds_before = sum(lm.model_seconds for lm in models)
+        trees_and_outcomes = decoder._step(self.active, current, self.stats, self.record_expected, self.observer)
+        self.model_seconds += sum(lm.model_seconds for lm in models) - model_seconds_before
+        if self.planner is not None:
+            for tree, outcome in trees_and_outcomes:
+                if len(tree) > 1:
+                    self.planner.observe(current, tree, outcome.path, outcome.target_probs)
+        self.steps += 1
+        emitted = [(sequence, decoder._emit(sequence, outcome, self.record_target_probs))
+                   for sequence, (_, outcome) in zip(self.active, trees_and_outcomes)]
+        remaining = [row for row, sequence in enumerate(self.active) if not sequence.done]
+        if len(remaining) < len(self.active):
+            self._keep(remaining)
+        return emitted
+
+    def generation(self, sequence: Sequence) -> Generation:
+        """``sequence``'s tokens and statistics: its own counts, the batch's phase times,
+        model seconds and wall time so far."""
+        stats = sequence.stats
+        stats.tokens_generated = len(sequence.new_tokens)
+        stats.seconds = dict(self.stats.seconds)
+        stats.wall_seconds = time.perf_counter() - self._started
+        stats.model_seconds = self.model_seconds
+        probs = torch.cat(sequence.rows) if self.record_target_probs and sequence.rows else None
+        return Generation(sequence.new_tokens, sequence.finish_reason, stats, probs)
+
+    def _models(self) -> list:
+        return [self.decoder.target] + (self.decoder.drafter.language_models if self._drafts else [])
+
+    def _admit(self) -> None:
+        """Give every queued sequence its cache rows: the target's and the drafter's models
+        hold each prompt but its last token (the last is fed with the first tree)."""
+        if not self.joining:
+            return
+        joining, self.joining = self.joining, []
+        target, drafter = self.decoder.target, self.decoder.drafter
+        with self.stats.timed("prefill"):
+            if not self.active:
+                cells = sum(sequence.cells(self.method) for sequence in joining)
+                target.reset(len(joining), cells)
+                for row, sequence in enumerate(joining):
+                    if len(sequence.prompt) > 1:
+                        target.prefill(row, sequence.prompt[:-1])
+                if self._drafts:
+                    drafter.reset([sequence.prompt for sequence in joining], cells)
+            else:
+                for sequence in joining:
+                    for lm in [target] + (drafter.language_models if self._drafts else []):
+                        row = lm.add_row(sequence.cells(self.method))
+                        if len(sequence.prompt) > 1:
+                            lm.prefill(row, sequence.prompt[:-1])
+        self.active += joining
+
+    def _keep(self, rows: list[int]) -> None:
+        self.decoder.target.select_rows(rows)
+        if self._drafts:
+            self.decoder.drafter.select_rows(rows)
+        self.active = [self.active[row] for row in rows]

@@ -376,6 +376,22 @@ class CausalLM:
         mask = torch.zeros(sees.shape, dtype=self.dtype).masked_fill(~sees, torch.finfo(self.dtype).min)
         return mask[:, None].to(self.device)
 
+    def add_row(self, cells: int | None = None) -> int:
+        """Append an empty row to a batch of at least one row (a sequence joining between
+        steps) and return its index; ``prefill`` fills it. ``cells``: the entries the row
+        may hold at most, as ``reset`` takes it. Its cache columns start as a copy of row 0's
+        (``select_rows``), hidden from its entries by its committed length of 0 until
+        ``prefill`` overwrites them."""
+        if not self.batch_size:
+            raise ValueError("add_row: the batch is empty; reset it for the new rows")
+        if any(self._pending):
+            raise ValueError("add_row: commit the pending entries first")
+        self.cache.select_rows(torch.tensor(list(range(self.batch_size)) + [0], dtype=torch.long, device=self.device))
+        self.lengths.append(0)
+        self._pending.append([])
+        self.batch_size += 1
+        return self.batch_size - 1
+
 
 
 def _logits_are_head_of_base_model(model: torch.nn.Module) -> bool:
