@@ -2,7 +2,12 @@
 and byte for byte, the records of a local run with the same batch size; a Ray run resumes
 and extends like a local one and its folder renders as a report; a worker killed mid-batch
 has its units decoded again by another, and every unit is written exactly once. Without ray
-installed, ``--ray`` says how to install it."""
+installed, ``--ray`` says how to install it.
+
+The tests on a Ray instance are ``slow`` (about a minute together: starting Ray takes ~3 s
+and each worker process ~5 s, its imports and the tiny pair, before a unit is decoded):
+``python -m pytest -m slow tests/studies/test_study_ray.py``. The fast suite keeps the
+command line's side of ``--ray``, which starts no instance."""
 
 import json
 import os
@@ -25,7 +30,10 @@ try:
 except ImportError:
     ray = None
 
-needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install -e '.[distributed]')")
+def on_ray(test):
+    """A test on a local Ray instance: slow (module docstring), skipped without ray."""
+    needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install -e '.[distributed]')")
+    return pytest.mark.slow(needs_ray(test))
 OPTIONS = {"temperatures": (0.8, 1.0), "num_drafts": (2,), "max_new_tokens": 5}
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -34,7 +42,7 @@ TESTS = Path(__file__).resolve().parents[1]
 def local_ray():
     """Two CPUs, a small object store, no dashboard; the workers import the test modules
     (the tiny pair's factory, the studies below) from the test folders."""
-    path = os.pathsep.join(filter(None, [str(TESTS), str(TESTS / "studies"), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(TESTS / "engine"), str(TESTS / "studies"), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     yield
@@ -64,7 +72,7 @@ class KilledOnce(AcceptanceStudy):
         return super().run_units(pair, units, generators)
 
 
-@needs_ray
+@on_ray
 def test_a_ray_run_writes_the_records_of_a_local_run(local_ray, tmp_path):
     prompts = tiny_prompts(4)
     run_study(AcceptanceStudy(**OPTIONS), tiny_pair(), prompts, tmp_path / "local", "toy", progress=False,
@@ -77,7 +85,7 @@ def test_a_ray_run_writes_the_records_of_a_local_run(local_ray, tmp_path):
     assert results.settings == read_results(tmp_path / "local").settings
 
 
-@needs_ray
+@on_ray
 def test_a_ray_run_resumes_extends_and_renders_like_a_local_one(local_ray, tmp_path):
     out = tmp_path / "results" / "acceptance" / "toy"
     with RayWorkers(tiny_pair, num_workers=2, cpus_per_worker=1) as workers:
@@ -96,7 +104,7 @@ def test_a_ray_run_resumes_extends_and_renders_like_a_local_one(local_ray, tmp_p
     assert "Acceptance study" in report
 
 
-@needs_ray
+@on_ray
 def test_a_killed_workers_units_are_retried_and_written_once(local_ray, tmp_path):
     prompts = tiny_prompts(4)
     run_study(AcceptanceStudy(**OPTIONS), tiny_pair(), prompts, tmp_path / "local", "toy", progress=False,
@@ -114,7 +122,7 @@ def test_a_killed_workers_units_are_retried_and_written_once(local_ray, tmp_path
     assert len(results.runs) == 8
 
 
-@needs_ray
+@on_ray
 def test_workers_that_die_too_often_stop_the_run_keeping_what_was_written(local_ray, tmp_path):
     prompts = tiny_prompts(2)
     study = KilledOnce(AcceptanceStudy(**OPTIONS).units(prompts)[1].key, tmp_path / "killed", **OPTIONS)
