@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+
+WORK_SECONDS_VARIABLE = "SPECBOUND_WORK_LIMIT_SECONDS"  # raises every limit on estimated seconds of work
+WORK_BYTES_VARIABLE = "SPECBOUND_WORK_LIMIT_BYTES"  # ... and on estimated bytes
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
@@ -63,6 +67,29 @@ def within_limit(name: str, estimate: float, limit: float, unit: str, hint: str 
             f"{name}: this needs about {_amount(estimate)} {unit}, above the limit of {_amount(limit)} {unit}"
             + (f"; {hint}" if hint else "")
         )
+
+
+def within_work_limit(name: str, estimate: float, default_limit: float, variable: str, unit: str,
+                      hint: str = "") -> None:
+    """``within_limit`` against ``work_limit(variable, default_limit)``; the message says how
+    to raise the limit."""
+    raise_it = f"or raise the limit with {variable}"
+    within_limit(name, estimate, work_limit(variable, default_limit), unit, f"{hint}, {raise_it}" if hint else raise_it)
+
+
+def work_limit(variable: str, default_limit: float) -> float:
+    """The positive number the environment variable ``variable`` holds, else ``default_limit``:
+    how a user allows more work than the limits that refuse it by estimate."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default_limit
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{variable}: expected a positive number, got {text!r}")
+    return value
 
 
 def _amount(value: float) -> str:

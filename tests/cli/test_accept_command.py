@@ -113,5 +113,30 @@ def test_running_out_of_memory_ends_with_status_2(monkeypatch, capsys):
         raise MemoryError
 
     monkeypatch.setattr("specbound.cli.accept.acceptance_table", exhausted)
-    assert main(["accept", "--target", "0.5,0.5"]) == 2
+    assert main(["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]) == 2
     assert "error: out of memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", ["0.5,0.5", "{list_file}"])
+def test_a_target_without_a_draft_is_refused_unless_one_file_holds_both(target, tmp_path, capsys):
+    """``accept --target 0.5,0.5`` used to take the target as the draft and print acceptance
+    1.000000 everywhere; only a JSON object of {"target", "draft"} supplies both."""
+    listed = tmp_path / "row.json"
+    listed.write_text(json.dumps([0.5, 0.5]))
+    assert main(["accept", "--target", target.format(list_file=listed)]) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and "draft_probs: --draft is required" in message
+
+
+def test_the_work_limit_is_read_from_the_environment(monkeypatch, capsys):
+    """The 30 s limit is a constant against estimates from costs measured once; the
+    environment variable the refusal names sets it (here far down, to see it refuse)."""
+    pair = ["--target", "0.4,0.3,0.2,0.1", "--draft", "0.1,0.2,0.3,0.4", "-n", str(10**20)]
+    assert main(["accept", *pair]) == 2
+    assert "raise the limit with SPECBOUND_WORK_LIMIT_SECONDS" in capsys.readouterr().err
+    monkeypatch.setenv("SPECBOUND_WORK_LIMIT_SECONDS", "1e-9")
+    assert main(["accept", *pair[:4], "-n", "2"]) == 2
+    assert "above the limit of 1e-09 s" in capsys.readouterr().err
+    monkeypatch.setenv("SPECBOUND_WORK_LIMIT_SECONDS", "fast")
+    assert main(["accept", *pair[:4], "-n", "2"]) == 2
+    assert "SPECBOUND_WORK_LIMIT_SECONDS: expected a positive number" in capsys.readouterr().err

@@ -164,3 +164,11 @@ def test_a_concentration_that_makes_the_chains_equal_is_refused(tmp_path, capsys
         run_theory("convergence", "--concentration", "1e300", "--out", str(tmp_path))
     assert exit_info.value.code == 2
     assert "argument --concentration" in capsys.readouterr().err
+
+
+def test_the_memory_limit_is_read_from_the_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SPECBOUND_WORK_LIMIT_BYTES", "1000")
+    assert cli.main(["theory", "convergence", "--horizon", "5", "--vocab", "3", "--runs", "20",
+                     "--out", str(tmp_path)]) == 2
+    message = capsys.readouterr().err
+    assert "above the limit of 1,000 bytes" in message and "SPECBOUND_WORK_LIMIT_BYTES" in message

@@ -10,7 +10,7 @@ import numpy as np
 
 from specbound import arguments
 from specbound.cli.inputs import add_pair_arguments, distribution_pair
-from specbound.cli.output import format_table, print_json
+from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json
 from specbound.experiments.bounds import acceptance_table
 
 
@@ -44,7 +44,7 @@ def register(subparsers) -> None:
         help="exact acceptance of every verifier and the optimal acceptance α*",
         description="Print, for a target p and a draft q, every lossless verifier's exact "
         "acceptance rate and the optimal multi-draft acceptance α* of each draft scheme; "
-        "a JSON file of several rows gets every row's numbers.",
+        f"a JSON file of several rows gets every row's numbers. {WORK_LIMIT_NOTE}",
     )
     add_pair_arguments(parser)
     parser.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.cli.inputs import FIXTURE_A, add_pair_arguments, distribution_pair
-from specbound.cli.output import format_table, print_json
+from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json, writable_folder
 from specbound.experiments.bounds import acceptance_vs_drafts, optimum_with_certificate
 from specbound.plots.bounds import plot_acceptance_vs_drafts
 
@@ -55,8 +55,8 @@ def _subset_text(subset: list[int] | None) -> str | None:
 
 def run_plot(args) -> int:
     target, draft = distribution_pair(args.target, args.draft, FIXTURE_A)
+    out = writable_folder(args.out, "--out")
     numbers = acceptance_vs_drafts(target, draft, args.max_drafts, progress=not args.json)
-    out = Path(args.out)
     figure = plot_acceptance_vs_drafts(numbers, out / "acceptance_vs_drafts.png")
     saved = out / "acceptance_vs_drafts.json"
     saved.write_text(json.dumps(numbers, indent=2))
@@ -74,7 +74,7 @@ def run_plot(args) -> int:
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "bounds", help="optimal multi-draft acceptance α*, its certificate, α* vs n",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"{__doc__}\n{WORK_LIMIT_NOTE}", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="bounds_command", required=True, metavar="COMMAND")
     optimum = _add_command(commands, "optimum", run_optimum,

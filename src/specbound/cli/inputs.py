@@ -1,13 +1,17 @@
 """Inputs shared by several commands: a (target, draft) pair from the command line or a
-JSON file; text from standard input."""
+JSON file; text from standard input; prompt sets; the settings of a study's results folder."""
 
 from __future__ import annotations
 
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import numpy as np
+
+from specbound.datasets import Prompt, load_prompts
+from specbound.studies.records import SETTINGS_FILE, read_results
 
 
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
@@ -64,20 +68,35 @@ def _probability_rows(payload, name: str, source: str) -> np.ndarray:
 
 
 def distribution_pair(target: str | None, draft: str | None, default=None) -> tuple[np.ndarray, np.ndarray]:
-    """(target, draft) from --target/--draft: a JSON file given as --target alone supplies
-    both; with neither given, ``default`` (a pair of texts) when there is one."""
+    """(target, draft) from --target/--draft: a JSON file of a {"target", "draft"} object
+    given as --target alone supplies both; with neither given, ``default`` (a pair of
+    texts) when there is one."""
     if target is None and draft is None and default is not None:
         target, draft = default
     if target is None:
         raise ValueError("target_probs: --draft given without --target" if draft else "target_probs: --target is required")
-    return parse_distribution(target, "target_probs"), parse_distribution(draft if draft is not None else target,
-                                                                          "draft_probs")
+    target_probs = parse_distribution(target, "target_probs")
+    if draft is None and not _holds_an_object(Path(target)):
+        raise ValueError("draft_probs: --draft is required (only a JSON file of a {\"target\", \"draft\"} object as "
+                         "--target supplies both)")
+    return target_probs, parse_distribution(draft if draft is not None else target, "draft_probs")
+
+
+def _holds_an_object(path: Path) -> bool:
+    """Whether ``path`` is a readable JSON file of an object."""
+    if not _is_file(path):
+        return False
+    try:
+        return isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def add_pair_arguments(parser, default_help: str = "") -> None:
     parser.add_argument("--target", help="target probabilities p: '0.4,0.3,0.2,0.1' or a JSON file "
                         f'(a list, or {{"target": [...], "draft": [...]}}){default_help}')
-    parser.add_argument("--draft", help="draft probabilities q (same forms); defaults to the JSON file of --target")
+    parser.add_argument("--draft", help="draft probabilities q (same forms); required unless --target is a JSON file "
+                        'of a {"target": [...], "draft": [...]} object')
 
 
 def standard_input_text(name: str) -> str:
@@ -89,3 +108,24 @@ def standard_input_text(name: str) -> str:
     except UnicodeDecodeError as error:
         raise ValueError(f"{name}: standard input is not UTF-8 text (byte {error.start:,} of {len(data):,} is "
                          f"0x{data[error.start]:02x})") from None
+
+
+def prompt_set(name: str, limit: int | None, option: str) -> list[Prompt]:
+    """``datasets.load_prompts(name, limit)``, with a file that cannot be read (not UTF-8,
+    not gzip behind a .gz name, cut short) or a missing package refused naming ``option``."""
+    try:
+        prompts = load_prompts(name, limit=limit)
+    except (ValueError, OSError, EOFError, zlib.error, ImportError) as error:
+        raise ValueError(f"{option.lstrip('-')}: cannot read prompts from {name!r}: {error}") from None
+    if not prompts:
+        raise ValueError(f"{option.lstrip('-')}: {name!r} holds no prompt")
+    return prompts
+
+
+def check_study_settings(directory: Path) -> None:
+    """Refuse, before any model loads, a results folder below ``directory`` (itself
+    included) whose settings file holds no JSON object, as a study writes it."""
+    for path in sorted(Path(directory).rglob(SETTINGS_FILE)) if Path(directory).is_dir() else []:
+        if not isinstance(read_results(path.parent).settings, dict):
+            raise ValueError(f"out: {path} holds no study's settings (a JSON object); choose another folder or "
+                             "delete it")

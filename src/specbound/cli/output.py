@@ -1,9 +1,15 @@
-"""Plain-text tables and JSON output shared by every command."""
+"""Plain-text tables, JSON output and output folders shared by every command."""
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from pathlib import Path
+
+WORK_LIMIT_NOTE = ("Work is estimated before it starts, from per-operation costs measured once on a 2-core CPU "
+                   "(constants, not this machine's), and refused above 30 s or 2 GiB; the environment variables "
+                   "SPECBOUND_WORK_LIMIT_SECONDS and SPECBOUND_WORK_LIMIT_BYTES raise the limits.")
 
 
 def format_table(headers: list[str], rows: list[list]) -> str:
@@ -28,3 +34,16 @@ def format_table(headers: list[str], rows: list[list]) -> str:
 def print_json(payload) -> None:
     json.dump(payload, sys.stdout, indent=2)
     sys.stdout.write("\n")
+
+
+def writable_folder(path: str, option: str) -> Path:
+    """The folder ``path``, created with its parents and shown to take a file, before any
+    work is done in it; ValueError naming ``option`` (its flag) when it cannot be."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise ValueError(f"{option.lstrip('-').replace('-', '_')}: cannot write into {path!r} "
+                         f"({error.strerror or error}); choose another {option}") from None
+    return folder

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from specbound.cli.inputs import check_study_settings
 from specbound.studies.report import write_report
 
 
 def run(args: argparse.Namespace) -> int:
+    check_study_settings(args.results_dir)
     markdown = write_report(args.results_dir)
     print(f"wrote {markdown}")
     print(f"wrote {markdown.with_suffix('.html')}")

@@ -14,14 +14,13 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from specbound import arguments
-from specbound.cli.output import format_table
-from specbound.datasets import load_prompts
+from specbound.cli.inputs import prompt_set
+from specbound.cli.output import format_table, writable_folder
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
@@ -84,14 +83,10 @@ def run(args: argparse.Namespace) -> int:
     methods = parse_methods(args)
     for name, options in methods.values():
         check_sampling(args, name, options, option="methods")
-    try:
-        prompts = load_prompts(args.prompts, limit=args.limit)
-    except ValueError as error:
-        raise ValueError(f"prompts: {error}") from None
-    if not prompts:
-        raise ValueError(f"prompts: {args.prompts!r} holds no prompt")
+    prompts = prompt_set(args.prompts, args.limit, "--prompts")
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
+    output_dir = writable_folder(args.output_dir, "--output-dir")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)
@@ -103,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(plan, Planner):
             decoder.generate(encoded[0], plan, 4, torch.Generator().manual_seed(args.seed))
 
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     results_path = output_dir / "results.jsonl"
     totals = {label: RunStats() for label in methods}
     texts = {}

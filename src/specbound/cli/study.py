@@ -18,8 +18,9 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.checks import positive_int
-from specbound.cli.output import format_table
-from specbound.datasets import DATASETS, load_prompts
+from specbound.cli.inputs import check_study_settings, prompt_set
+from specbound.cli.output import format_table, writable_folder
+from specbound.datasets import DATASETS
 from specbound.engine.methods import check_drafted
 from specbound.models import DTYPES
 from specbound.models.pair import load_pair
@@ -38,9 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
         check_drafted("chain", gamma=args.gamma)
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
-    prompt_sets = [load_prompts(name, args.limit) for name in args.dataset]
+    prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset]
     if args.batch_size is not None:
         positive_int("--batch-size", args.batch_size)
+    writable_folder(args.out, "--out")
+    for prompts in prompt_sets:
+        check_study_settings(Path(args.out) / study.name / prompts[0].dataset)
     pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype],
                                   progress=not args.quiet and args.ray is None,
                                   float32_twins=False if args.no_twins else None)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from specbound import arguments
-from specbound.cli.output import format_table, print_json
+from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json, writable_folder
 from specbound.experiments import theory as experiments
 from specbound.plots import theory as figures
 from specbound.verifiers.biased import SWEEP_METHODS, sweep_verifier
@@ -129,7 +129,7 @@ def run_pareto(args) -> int:
 
 
 def run(args) -> int:
-    Path(args.out).mkdir(parents=True, exist_ok=True)
+    writable_folder(args.out, "--out")
     return args.theory_handler(args)
 
 
@@ -154,7 +154,7 @@ def _subcommand(commands, name: str, help_text: str, handler, chain: bool):
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "theory", help="Markov-chain cost of speculative decoding; bias vs rejection",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=f"{__doc__}\n{WORK_LIMIT_NOTE}", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=run)
     commands = parser.add_subparsers(dest="theory_command", required=True, metavar="FIGURE")

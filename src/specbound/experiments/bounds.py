@@ -3,8 +3,11 @@
 ``specbound bounds``. Verifiers and schemes come from their registries.
 
 Inputs may be a batch of rows; every row gets its own records. Before anything runs, the
-work of all rows and every number of drafts asked for is estimated (``work_seconds``) and
-refused with ``checks.WorkLimitError`` beyond ``TABLE_SECONDS_LIMIT``: the α* scans and the
+work of all rows and every number of drafts asked for is estimated (``work_seconds``, from
+per-operation costs measured once on this project's 2-core CPU: constants, not measured on
+the machine that runs) and refused with ``checks.WorkLimitError`` beyond
+``TABLE_SECONDS_LIMIT`` (or the number of seconds in the environment variable
+``SPECBOUND_WORK_LIMIT_SECONDS``): the α* scans and the
 n-step products grow with n·V, the exponential race of α* without replacement with
 n²·V, and the exact RRS-without-replacement acceptance and the LP verifier say what they
 cost themselves (``verifiers.rrs_exact``, ``bounds.coupling``). Where those two are above
@@ -23,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from specbound.bounds.coupling import LP_SECONDS_LIMIT, MAX_LP_VARIABLES, lp_seconds
-from specbound.checks import positive_int, within_limit
+from specbound.checks import WORK_SECONDS_VARIABLE, positive_int, within_work_limit
 from specbound.drafts import DRAFT_SCHEMES
 from specbound.probability import as_target_and_draft, support_size
 from specbound.verifiers import VERIFIERS
@@ -102,11 +105,12 @@ def _lp_seconds(support: int, vocab_size: int, num_drafts: int) -> float:
 
 
 def check_work(target, draft, counts: list | range, name: str) -> None:
-    """WorkLimitError naming ``name`` when ``work_seconds`` is above ``TABLE_SECONDS_LIMIT``."""
+    """WorkLimitError naming ``name`` when ``work_seconds`` is above ``TABLE_SECONDS_LIMIT``
+    (or the limit ``checks.WORK_SECONDS_VARIABLE`` sets)."""
     largest = counts.stop - 1 if isinstance(counts, range) else counts[-1]  # len() of a huge range overflows
-    within_limit(f"{name} (n up to {largest:,}, V = {target.shape[1]:,}, {target.shape[0]:,} row(s))",
-                 work_seconds(target, draft, counts), TABLE_SECONDS_LIMIT, "s",
-                 hint="fewer drafts, rows or tokens")
+    within_work_limit(f"{name} (n up to {largest:,}, V = {target.shape[1]:,}, {target.shape[0]:,} row(s))",
+                      work_seconds(target, draft, counts), TABLE_SECONDS_LIMIT, WORK_SECONDS_VARIABLE, "s",
+                      hint="fewer drafts, rows or tokens")
 
 
 def _value_or_reason(compute) -> tuple[float | None, str]:

@@ -39,7 +39,7 @@ from specbound.chains.theory import (
     random_chain_pair,
     uniform_batch_improvement,
 )
-from specbound.checks import positive_int, within_limit
+from specbound.checks import WORK_BYTES_VARIABLE, WORK_SECONDS_VARIABLE, positive_int, within_work_limit
 from specbound.probability import as_target_and_draft, total_variation
 from specbound.statistics import mean_and_standard_error, running_mean_and_standard_error
 from specbound.verifiers.biased import epsilon_sweep, loss_star, rejection_probability
@@ -66,12 +66,14 @@ PARETO_SECONDS_PER_SWEEP_POINT = 3e-4  # one verifier built and measured, plus 1
 def check_work(parts: list[tuple[str, float, float]]) -> None:
     """Refuse an experiment whose parts (label, seconds, bytes), run one after another,
     would take longer than ``EXPERIMENT_SECONDS_LIMIT`` in all or need more memory than
-    ``EXPERIMENT_BYTES_LIMIT`` in one; the message names the largest part's sizes."""
+    ``EXPERIMENT_BYTES_LIMIT`` in one (limits that ``checks.WORK_SECONDS_VARIABLE`` and
+    ``checks.WORK_BYTES_VARIABLE`` raise); the message names the largest part's sizes."""
     slowest = max(parts, key=lambda part: part[1])
-    within_limit(slowest[0], sum(part[1] for part in parts), EXPERIMENT_SECONDS_LIMIT, "s",
-                 hint="smaller sizes (the estimate adds up every part of the experiment)")
+    within_work_limit(slowest[0], sum(part[1] for part in parts), EXPERIMENT_SECONDS_LIMIT, WORK_SECONDS_VARIABLE,
+                      "s", hint="smaller sizes (the estimate adds up every part of the experiment)")
     largest = max(parts, key=lambda part: part[2])
-    within_limit(largest[0], largest[2], EXPERIMENT_BYTES_LIMIT, "bytes", hint="smaller sizes")
+    within_work_limit(largest[0], largest[2], EXPERIMENT_BYTES_LIMIT, WORK_BYTES_VARIABLE, "bytes",
+                      hint="smaller sizes")
 
 
 def _chain_part(setting: ChainSetting) -> tuple[str, float, float]:

@@ -1,0 +1,89 @@
+"""Inputs that only fail once work has started are checked before it starts (before any
+model loads): an output folder that cannot be written, a prompts file that cannot be read,
+a results folder whose settings are not a study's; each refused in one line naming the
+option, with status 2."""
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specbound.cli import main
+
+UNWRITABLE = "/proc/specbound-test/out"  # /proc takes no new folder, not even from root
+needs_proc = pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("a b c\n")
+    return str(path)
+
+
+def refusal(capsys) -> str:
+    message = capsys.readouterr().err.strip()
+    assert "Traceback" not in message and message.count("\n") == 0, message
+    return message
+
+
+@needs_proc
+@pytest.mark.usefixtures("no_model_loads")
+@pytest.mark.parametrize(("command", "option"), [
+    (["run", "--max-new-tokens", "2"], "--output-dir"),
+    (["study", "acceptance", "--max-new-tokens", "2", "--quiet"], "--out"),
+    (["theory", "convergence", "--horizon", "5", "--vocab", "3", "--runs", "20"], "--out"),
+    (["theory", "pareto", "--random-points", "5"], "--out"),
+    (["bounds", "plot", "--max-drafts", "2"], "--out"),
+])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_the_work(command, option, prompts, capsys):
+    """``run --output-dir /proc/qa`` used to load both models, then fail with FileNotFoundError."""
+    data = ["--prompts", prompts] if command[0] == "run" else ["--dataset", prompts] if command[0] == "study" else []
+    assert main([*command, *data, option, UNWRITABLE]) == 2
+    message = refusal(capsys)
+    assert option in message and UNWRITABLE in message
+
+
+@pytest.mark.usefixtures("no_model_loads")
+@pytest.mark.parametrize("suffix", [".gz", ".jsonl.gz"])
+@pytest.mark.parametrize("command", ["run", "study"])
+def test_a_prompts_file_that_is_not_gzip_is_refused_naming_the_file(suffix, command, tmp_path, capsys):
+    """Random bytes named ``garbage.gz`` used to end in gzip.BadGzipFile's traceback."""
+    garbage = tmp_path / f"garbage{suffix}"
+    garbage.write_bytes(np.random.default_rng(0).bytes(300))
+    truncated = tmp_path / f"truncated{suffix}"
+    words = np.random.default_rng(1).integers(ord("a"), ord("z") + 1, 3000, dtype=np.uint8).tobytes()
+    compressed = gzip.compress(words + b"\n")
+    truncated.write_bytes(compressed[:len(compressed) // 2])
+    option = "--prompts" if command == "run" else "--dataset"
+    for path in (garbage, truncated):
+        arguments = ["run", "--output-dir", str(tmp_path / "out")] if command == "run" else [
+            "study", "acceptance", "--out", str(tmp_path / "out"), "--quiet"]
+        assert main([*arguments, option, str(path)]) == 2
+        message = refusal(capsys)
+        assert str(path) in message and option.lstrip("-") in message
+
+
+@pytest.mark.usefixtures("no_model_loads")
+@pytest.mark.parametrize("stored", [[1, 2], "settings", 3, None])
+def test_a_results_folder_whose_settings_are_not_an_object_is_refused_before_a_model_loads(stored, prompts,
+                                                                                            tmp_path, capsys):
+    """A study folder whose settings.json held valid JSON but no object ([1, 2]) used to end in
+    an AttributeError traceback after the models had loaded (16 s)."""
+    folder = tmp_path / "out" / "acceptance" / "prompts"
+    folder.mkdir(parents=True)
+    (folder / "settings.json").write_text(json.dumps(stored))
+    assert main(["study", "acceptance", "--dataset", prompts, "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    message = refusal(capsys)
+    assert "out:" in message and str(folder / "settings.json") in message
+
+
+def test_a_results_folder_whose_settings_are_not_an_object_is_refused_by_report(tmp_path, capsys):
+    folder = tmp_path / "acceptance" / "toy"
+    folder.mkdir(parents=True)
+    (folder / "settings.json").write_text("[1, 2]")
+    (folder / "records.jsonl").write_text(json.dumps({"kind": "run", "unit": "u"}) + "\n")
+    assert main(["report", str(tmp_path)]) == 2
+    assert str(folder / "settings.json") in refusal(capsys)
