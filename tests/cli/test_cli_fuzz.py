@@ -15,6 +15,9 @@ ways a pair loads (``models.loading.load_model``, llama.cpp's ``load_llamacpp_pa
 replaced by stubs that raise ``cli_fixtures.ModelWouldLoad`` (``conftest.no_model_loads``),
 and reaching one counts as "accepted" (no model is ever loaded here).
 Their --target/--draft name models, which only loading can check; they are not fuzzed.
+Output folders get a folder no one can create (below /proc), which must be refused before any
+work; ``generate``'s standard input gets bytes that are not UTF-8 and empty input
+(``STDIN_MUST_REFUSE``) and odd but valid text (``STDIN_MAY_ACCEPT``).
 Each call is also stopped by an alarm past FUZZ_SECONDS, so a hang fails the test instead
 of stalling it. Calls run in-process (``main``); a few subprocesses prove the same end to
 end. KNOWN_OPEN lists the values of options owned elsewhere that still fail, each with a
@@ -46,7 +49,7 @@ MUST_REFUSE = {
     "names": ["", ",", "bogus"],
     "choice": ["", "bogus"],
     "lookahead": ["", "x", "0", "-1", "nan"],
-    "folder": ["", "{file}", "{file}/child"],
+    "folder": ["", "{file}", "{file}/child", "{unwritable}"],
     "distribution": ["", "x", "nan", "-1", "1e999", "0.5,0.6", "[0.5]", "{missing}.json", "{dict_json}",
                      "{ragged_json}", ",".join(["0.1"] * 5000)],  # the last: a name too long for a path
     "dataset": ["", "no-such-set"],
@@ -73,6 +76,10 @@ UNTYPED_KINDS = {  # options that take text, by (command, dest)
     ("run", "prompts"): "dataset", ("run", "methods"): "methods", ("run", "verifier"): "verifier",
     ("report", "results_dir"): "results_dir", ("generate", "method"): "methods",
 }
+UNWRITABLE = "/proc/specbound-fuzz/out"  # a folder nobody can create, root included (Linux)
+STDIN_MUST_REFUSE = {"empty": b"", "blank": b" \n\t\n", "a lone 0xff": b"hi \xff", "cut short": b"hi \xc3",
+                     "an encoded surrogate": b"\xed\xa0\x80", "random bytes": bytes(range(256)) * 20}
+STDIN_MAY_ACCEPT = {"NUL": b"\x00", "accents": "héllo wörld ✓".encode(), "long": b"word " * 20_000}
 MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study") for source in ("target", "draft")}
 KNOWN_OPEN: dict = {}  # (command, option): (values not run here, why, whose); none open today
 
@@ -122,7 +129,8 @@ def places(tmp_path_factory):
     (root / "prompts.txt").write_text("a b c\n")
     return {"root": root, "file": str(root / "a-file"), "missing": str(root / "missing"),
             "empty_dir": str(root / "empty"), "dict_json": str(root / "dict.json"),
-            "ragged_json": str(root / "ragged.json"), "prompts": str(root / "prompts.txt")}
+            "ragged_json": str(root / "ragged.json"), "prompts": str(root / "prompts.txt"),
+            "unwritable": UNWRITABLE if os.path.isdir("/proc/self") else str(root / "a-file" / "child")}
 
 
 def base_arguments(path, places, positional_fuzzed: bool = False) -> list[str]:
@@ -205,6 +213,29 @@ def test_every_option_refuses_bad_values_and_bounds_its_work(path, action, kind,
                 problems.append(f"{shown}: accepted a bad value")
         else:
             problems.append(f"{shown}: {outcome}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.usefixtures("no_model_loads")
+@pytest.mark.parametrize("prompt", [[], ["-"]], ids=["no prompt", "-"])
+def test_standard_input_is_refused_when_not_utf8_text_and_read_otherwise(prompt, monkeypatch, capsys):
+    """``generate`` reads its prompt from standard input: bad bytes and empty input are
+    refused naming the prompt, before any model loads; any UTF-8 text is accepted."""
+    import io
+
+    problems = []
+    for label, data in {**STDIN_MUST_REFUSE, **STDIN_MAY_ACCEPT}.items():
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+        outcome, seconds = call(["generate", *prompt, "--max-new-tokens", "2", "--quiet"])
+        error = capsys.readouterr().err
+        last = error.strip().splitlines()[-1] if error.strip() else ""
+        if "Traceback" in error or seconds > FUZZ_SECONDS:
+            problems.append(f"{label}: a traceback or {seconds:.1f} s")
+        if outcome == "refused" and not last.startswith("specbound generate: error: prompt:"):
+            problems.append(f"{label}: the message does not name the prompt: {last!r}")
+        expected = "refused" if label in STDIN_MUST_REFUSE else "accepted"
+        if outcome != expected:
+            problems.append(f"{label}: {outcome}, expected {expected}")
     assert not problems, "\n".join(problems)
 
 
