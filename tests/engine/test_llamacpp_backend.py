@@ -195,3 +195,20 @@ def test_batched_decoding_on_llama_cpp_generates_the_target_sequence_law(name, o
             samples[row].append(tuple(generation.tokens))
     for prompt, rows in zip(prompts, samples):
         assert chi_square_pvalue(rows, llamacpp_law(target_lm, prompt, processing, NEW_TOKENS)) > SIGNIFICANCE
+
+
+def test_auto_plans_on_llama_cpp_costs_measured_once(gguf_models, tmp_path):
+    """``auto`` on a llama.cpp pair: the cost book measures each GGUF model's forwards once
+    under a llama.cpp key (version, threads, file), and the planner decodes with them."""
+    from specbound.engine.costs import CostBook
+    from specbound.models.pair import ModelPair
+
+    pair = ModelPair(target=gguf_models[0], draft=gguf_models[1], vocab_size=gguf_models[0].n_vocab,
+                     eos_token_ids=(EOS,), encode=list, backend="llama.cpp")
+    decoder, planner = pair.auto_decoder(Processing(), cache_dir=tmp_path)
+    keys = list(CostBook(tmp_path / "costs.json")._entries)
+    assert len(keys) == 2 and all("llama.cpp" in key and "gguf" in key for key in keys)
+    generation = decoder.generate([1, 2, 3], planner, 12, torch.Generator().manual_seed(0))
+    assert len(generation.tokens) <= 12 and planner.history
+    pair.auto_decoder(Processing(), cache_dir=tmp_path)  # measured once: the book is reused
+    assert list(CostBook(tmp_path / "costs.json")._entries) == keys

@@ -1,14 +1,16 @@
 """What a forward costs on this machine, measured once and kept.
 
 Speculative decoding pays when the target scores many rows for little more than one, and
-the draft costs little: both are properties of the machine, the model and its precision
-(on an AVX2-only CPU a bf16 forward costs time linear in its rows; with AVX512-BF16, AMX
-or a GPU, 16 rows cost little more than one). ``measure_costs`` times one engine forward
+the draft costs little: both are properties of the machine, the backend, the model and its
+precision (on an AVX2-only CPU a bf16 torch forward costs time linear in its rows; with
+AVX512-BF16, AMX or a GPU, 16 rows cost little more than one; llama.cpp's quantised kernels
+on this project's 2-core EPYC cost nearly linear time up to 8 rows). ``measure_costs`` times one engine forward
 of k new rows — a tree of k children below a context of ``CONTEXT`` tokens, as the engine
 scores them — for k in ``ROWS``, and the minimum over repeats (the least disturbed figure
 on a shared machine). ``CostBook`` keeps the measurements in one JSON file per cache, keyed
-by the machine (processor model and flags, or GPU name; torch version; threads), the
-model (a fingerprint of its configuration and weights) and its precision, so each is
+by the machine (processor model and flags, or GPU name), the backend (torch or llama.cpp,
+its version and threads), the model (a fingerprint of its configuration and weights, or of
+its GGUF file) and its precision, so each is
 measured once; ``Costs`` interpolates between the measured row counts.
 """
 
@@ -83,9 +85,10 @@ def float32_beats_bf16(rows: int = 256, width: int = 1536, repeats: int = 3) -> 
     return seconds(torch.bfloat16) > 1.25 * seconds(torch.float32)
 
 
-def measure_costs(model: torch.nn.Module, rows=ROWS, context: int = CONTEXT, repeats: int = REPEATS) -> Costs:
-    """Time one forward of k tree rows below a ``context``-token prefix, for each k."""
-    lm = CausalLM(model)
+def measure_costs(model, rows=ROWS, context: int = CONTEXT, repeats: int = REPEATS) -> Costs:
+    """Time one forward of k tree rows below a ``context``-token prefix, for each k, as the
+    engine's target step runs it on the model's backend (``language_model``)."""
+    lm = language_model(model)
     generator = torch.Generator().manual_seed(0)
     vocab = min(lm.logits_size, 1000)
     lm.prefill(0, torch.randint(0, vocab, (context,), generator=generator).tolist())
@@ -97,12 +100,33 @@ def measure_costs(model: torch.nn.Module, rows=ROWS, context: int = CONTEXT, rep
             entries = Entries.chain(tokens) if count == 1 else Entries(tokens, [-1] + [0] * (count - 1))
             _synchronize(lm.device)
             started = time.perf_counter()
-            lm.score([entries]).logits(0, [0])
+            lm.score([entries], outputs=[range(count)]).logits(0, [0])
             _synchronize(lm.device)
             best = min(best, time.perf_counter() - started)
             lm.commit([[]])
         seconds[count] = best
     return Costs(seconds)
+
+
+def language_model(model):
+    """The engine's language model over ``model``: a ``LlamaCppLM`` for a llama.cpp model
+    (``engine.llamacpp.LlamaCppModel``), a ``CausalLM`` for a torch module."""
+    from specbound.engine.llamacpp import LlamaCppLM, LlamaCppModel
+
+    return LlamaCppLM(model) if isinstance(model, LlamaCppModel) else CausalLM(model)
+
+
+def cost_key(model, precision: str, device="cpu") -> str:
+    """The cost book's key of ``model`` at ``precision``: the machine and the backend
+    (llama.cpp's version and threads, or torch's: ``machine_key``) and the model (its file,
+    or ``model_fingerprint``)."""
+    from specbound.engine.llamacpp import LlamaCppModel, llama_cpp_version
+
+    if isinstance(model, LlamaCppModel):
+        hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
+        return (f"{hardware} | llama.cpp {llama_cpp_version()} | {model.threads} threads | {model.fingerprint} | "
+                f"{precision}")
+    return f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
 
 
 def _synchronize(device: torch.device) -> None:
@@ -163,10 +187,10 @@ class CostBook:
             except (OSError, json.JSONDecodeError):
                 self._entries = {}  # a damaged book is measured again
 
-    def costs(self, model: torch.nn.Module, precision: str, device="cpu", measure=measure_costs) -> Costs:
-        """The costs of ``model`` at ``precision`` here: from the book, else measured now
-        and kept."""
-        key = f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
+    def costs(self, model, precision: str, device="cpu", measure=measure_costs) -> Costs:
+        """The costs of ``model`` (a torch module or a llama.cpp model) at ``precision``
+        here: from the book, else measured now and kept."""
+        key = cost_key(model, precision, device)
         if key not in self._entries:
             self._entries[key] = measure(model).to_json()
             self._save()

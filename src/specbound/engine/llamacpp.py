@@ -68,6 +68,11 @@ def llama_cpp_available() -> bool:
     return True
 
 
+def llama_cpp_version() -> str:
+    """llama-cpp-python's version (it pins the llama.cpp it was built from)."""
+    return getattr(_llama(), "__version__", "unknown")
+
+
 def _llama():
     """The llama_cpp module, its backend initialised once and its log cut to errors."""
     global _backend_ready
@@ -122,12 +127,6 @@ class LlamaCppModel:
         self.description = buffer.value.decode(errors="replace")
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
         self.fingerprint = fingerprint or _file_fingerprint(self.path)
-        self._eog = [token for token in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, token)]
-
-    @property
-    def end_of_generation_ids(self) -> list[int]:
-        """The tokens llama.cpp treats as ending a generation (EOS, EOT, ...)."""
-        return list(self._eog)
 
     def new_context(self, n_ctx: int, n_seq_max: int, n_batch: int):
         llama_cpp = _llama()

@@ -114,7 +114,7 @@ class ModelPair:
         returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
         draft runs each forward at the precision measured fastest for its rows (its
         quantised copies are kept in the cache)."""
-        from specbound.engine import CausalLM, Decoder, ModelDrafter
+        from specbound.engine import Decoder, ModelDrafter
         from specbound.engine.costs import CostBook
         from specbound.engine.planner import Planner
         from specbound.models.gguf import default_cache_dir
@@ -122,26 +122,30 @@ class ModelPair:
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         book = CostBook(cache / "costs.json")
-        device = next(self.target.parameters()).device
-        target_costs = book.costs(self.target, _precision_of(self.target), device)
+        device = self.device
+        target_costs = book.costs(self.target, self.precision_of(self.target), device)
         draft_costs, variants = {}, {}
         if self.draft is not None:
-            on_cpu = next(self.draft.parameters()).device.type == "cpu"
+            quantizable = self.backend == "torch" and device.type == "cpu"  # llama.cpp: the file's own type
             for precision in draft_precisions:
-                if precision == "bf16" or not on_cpu:
-                    draft_costs[None] = book.costs(self.draft, _precision_of(self.draft), device)
+                if precision == "bf16" or not quantizable:
+                    draft_costs[None] = book.costs(self.draft, self.precision_of(self.draft), device)
                     continue
                 variants[precision] = quantize(self.draft, precision, cache_dir=cache)
                 draft_costs[precision] = book.costs(variants[precision], precision, device)
         planner = Planner(target_costs, draft_costs, **({} if candidates is None else {"candidates": candidates}))
         eos = self.eos_token_ids if stop_at_eos else ()
-        target = CausalLM(self.target, prefill_model=self.prefill_twin(self.target_twin))
+        target = self.language_model(self.target, self.target_twin)
         batch_heads = target_costs(16) <= 2 * target_costs(1)  # rows nearly free: one head call per step
         if self.draft is None:
             return Decoder(target, None, processing, eos, batch_heads), planner
-        draft = CausalLM(self.draft, prefill_model=self.prefill_twin(self.draft_twin), variants=variants)
+        draft = self.language_model(self.draft, self.draft_twin, variants)
         drafter = ModelDrafter(draft, processing, planner.variant_for_rows)
         return Decoder(target, drafter, processing, eos, batch_heads), planner
+
+    def precision_of(self, model) -> str:
+        """How ``model``'s weights are held: its torch dtype, or "gguf" (the file's own types)."""
+        return "gguf" if self.backend == "llama.cpp" else str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def checked_device(device) -> torch.device:
@@ -208,17 +212,14 @@ def load_pair(
     )
 
 
-def _precision_of(model: torch.nn.Module) -> str:
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
-
 
 def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, threads: int | None = None) -> ModelPair:
     """The pair as GGUF files on llama.cpp (``engine.llamacpp``): each file loaded as it is
     (memory-mapped), the tokenizer transformers reads from the target's file (the same token
-    ids as the torch backend), the EOS ids of the tokenizer and of llama.cpp's
-    end-of-generation tokens. ``threads``: CPU threads per forward (default all cores)."""
+    ids as the torch backend), the EOS ids of the tokenizer and of the file's metadata (those
+    the torch backend's conversion puts in its generation config). ``threads``: CPU threads per forward (default all cores)."""
     from specbound.engine.llamacpp import LlamaCppModel
-    from specbound.models.loading import gguf_file, load_gguf_tokenizer
+    from specbound.models.loading import gguf_eos_token_ids, gguf_file, load_gguf_tokenizer
 
     target_path, target_sha = gguf_file(target, progress=progress)
     target_model = LlamaCppModel(target_path, threads, fingerprint=target_sha[:16])
@@ -235,9 +236,7 @@ def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, th
     vocab_size = target_model.n_vocab if draft_model is None else min(target_model.n_vocab, draft_model.n_vocab)
     if len(tokenizer) > vocab_size:
         raise ValueError(f"target: {vocab_size} logits per row, fewer than the tokenizer's {len(tokenizer)} tokens")
-    eos = set(stop_token_ids(tokenizer, None))
-    eos.update(token for token in target_model.end_of_generation_ids if token < len(tokenizer))
-    eos_token_ids = tuple(sorted(eos))
+    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, None) | set(gguf_eos_token_ids(target_path))))
     return ModelPair(
         target=target_model,
         draft=draft_model,
