@@ -69,3 +69,10 @@ def test_a_verifier_whose_linear_program_cannot_fit_is_refused_before_a_model_lo
     assert "any vocabulary over 4 tokens" in message and "--top-k 4 or less" in message
     with pytest.raises(no_model_loads):  # a small enough --top-k: accepted, and the models would load
         main([command, *where, method, "--top-k", "4"])
+
+
+def test_a_study_refuses_more_new_tokens_than_any_model_has_positions_while_parsing(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["study", "acceptance", "--max-new-tokens", "1000000000000"])
+    assert exit_info.value.code == 2
+    assert "argument --max-new-tokens" in capsys.readouterr().err

@@ -4,7 +4,7 @@
 Subcommands:
   optimum  α* of each draft scheme at one n, with the certificate H* (where drafts lose),
            for every row of a batch in a JSON file (the table shows the first
-           SHOWN_SUBSET tokens of a long H*; --json has them all)
+           20 tokens of a long H*; --json has them all)
   plot     α* of every draft scheme and each verifier's exact acceptance vs the number of
            drafts n, for one pair: table (or ``--json``), PNG and JSON saved to --out
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
-WORK_LIMIT_NOTE = ("Work is estimated before it starts, from per-operation costs measured once on a 2-core CPU "
-                   "(constants, not this machine's), and refused above 30 s or 2 GiB; the environment variables "
-                   "SPECBOUND_WORK_LIMIT_SECONDS and SPECBOUND_WORK_LIMIT_BYTES raise the limits.")
+WORK_LIMIT_NOTE = textwrap.fill(  # wrapped for the help texts printed as they are
+    "Work is estimated before it starts, from per-operation costs measured once on a 2-core CPU (constants, "
+    "not this machine's), and refused above 30 s or 2 GiB; the environment variables "
+    "SPECBOUND_WORK_LIMIT_SECONDS and SPECBOUND_WORK_LIMIT_BYTES raise the limits.", 88)
 
 
 def format_table(headers: list[str], rows: list[list]) -> str:

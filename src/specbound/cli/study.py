@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.checks import positive_int
+from specbound.cli.decoding import MAX_NEW_TOKENS
 from specbound.cli.inputs import check_study_settings, prompt_set
 from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
@@ -90,7 +91,7 @@ def _common(parser) -> None:
     parser.add_argument("--temperature", type=arguments.comma_list(arguments.number(0.0)), default=[0.7],
                         help="temperatures, comma-separated (default 0.7; ablation: 0.1,0.4,0.7,1.0)")
     parser.add_argument("--limit", type=arguments.positive_int, help="only the first LIMIT prompts of each set")
-    parser.add_argument("--max-new-tokens", type=arguments.positive_int, default=128,
+    parser.add_argument("--max-new-tokens", type=arguments.integer(1, MAX_NEW_TOKENS), default=128,
                         help="tokens per generation (default 128)")
     parser.add_argument("--top-k", type=arguments.positive_int, help="top-k, applied to target and draft alike")
     parser.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True),
