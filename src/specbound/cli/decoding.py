@@ -80,15 +80,17 @@ def _option_value(text: str) -> int | float | str:
 MAX_NEW_TOKENS = 2**20  # more positions than any model here has (Qwen2.5: 32,768)
 
 
-def check_sampling(args, method: str, options: dict, option: str = "method") -> None:
+def check_sampling(args, methods: list[tuple[str, dict]], option: str = "method") -> None:
     """What can be refused before the models load beyond each value's own check: more new
-    tokens than any model has positions, and a method the sampling settings make too large
-    for its verifier (``check_enumeration``); messages name ``option`` for the method."""
+    tokens than any model has positions, and a method of ``methods`` (name, options) that
+    the sampling settings make too large for its verifier (``check_enumeration``);
+    messages name ``option`` for the methods."""
     if args.max_new_tokens > MAX_NEW_TOKENS:
         raise ValueError(f"max_new_tokens: --max-new-tokens {args.max_new_tokens:,} is more than any model's "
                          f"context holds (at most {MAX_NEW_TOKENS:,} here)")
-    if method != "auto":
-        check_enumeration(build_method(method, **options), args.temperature, args.top_k, args.top_p, option)
+    for name, options in methods:
+        if name != "auto":
+            check_enumeration(build_method(name, **options), args.temperature, args.top_k, args.top_p, option)
 
 
 def check_enumeration(method: Method, temperature: float, top_k: int | None, top_p: float | None,
@@ -104,9 +106,9 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
     if enumerating is None or temperature == 0 or (top_k is None and top_p is not None):
         return
     num_drafts = method.shape.max_children if isinstance(method.shape, Budget) else max(method.shape.branching)
+    distinct = enumerating.scheme != "with_replacement"
 
     def variables(tokens: int) -> int:  # the tuples of num_drafts drafts from `tokens` tokens, × V ≥ tokens
-        distinct = enumerating.scheme != "with_replacement"
         return (math.perm(tokens, num_drafts) if distinct else tokens**num_drafts) * tokens
 
     largest = 1

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if not unicode_text("prompt", prompt).strip():
         raise ValueError("prompt: empty (give it as an argument or on standard input)")
     method, options = parse_method(args.method)
-    check_sampling(args, method, options)
+    check_sampling(args, [(method, options)])
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)

@@ -19,8 +19,6 @@ import torch
 from tqdm import tqdm
 
 from specbound import arguments
-from specbound.cli.inputs import prompt_set
-from specbound.cli.output import format_table, writable_folder
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
@@ -28,6 +26,8 @@ from specbound.cli.decoding import (
     load_speculator,
     parse_method,
 )
+from specbound.cli.inputs import prompt_set
+from specbound.cli.output import format_table, writable_folder
 from specbound.engine import METHODS, Processing, RunStats, build_method
 from specbound.engine.planner import Planner
 from specbound.plots.run import plot_run
@@ -81,8 +81,7 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     methods = parse_methods(args)
-    for name, options in methods.values():
-        check_sampling(args, name, options, option="methods")
+    check_sampling(args, list(methods.values()), option="methods")
     prompts = prompt_set(args.prompts, args.limit, "--prompts")
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
