@@ -116,16 +116,17 @@ def prompt_set(name: str, limit: int | None, option: str) -> list[Prompt]:
     try:
         prompts = load_prompts(name, limit=limit)
     except (ValueError, OSError, EOFError, zlib.error, ImportError) as error:
-        raise ValueError(f"{option.lstrip('-')}: cannot read prompts from {name!r}: {error}") from None
+        raise ValueError(f"{option.lstrip('-')}: cannot read {name!r}: {error}") from None
     if not prompts:
         raise ValueError(f"{option.lstrip('-')}: {name!r} holds no prompt")
     return prompts
 
 
-def check_study_settings(directory: Path) -> None:
+def check_study_settings(directory: Path, field: str) -> None:
     """Refuse, before any model loads, a results folder below ``directory`` (itself
-    included) whose settings file holds no JSON object, as a study writes it."""
+    included) whose settings file holds no JSON object, as a study writes it; the message
+    starts with ``field``."""
     for path in sorted(Path(directory).rglob(SETTINGS_FILE)) if Path(directory).is_dir() else []:
         if not isinstance(read_results(path.parent).settings, dict):
-            raise ValueError(f"out: {path} holds no study's settings (a JSON object); choose another folder or "
+            raise ValueError(f"{field}: {path} holds no study's settings (a JSON object); choose another folder or "
                              "delete it")

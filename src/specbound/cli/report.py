@@ -10,7 +10,7 @@ from specbound.studies.report import write_report
 
 
 def run(args: argparse.Namespace) -> int:
-    check_study_settings(args.results_dir)
+    check_study_settings(args.results_dir, "results")
     markdown = write_report(args.results_dir)
     print(f"wrote {markdown}")
     print(f"wrote {markdown.with_suffix('.html')}")

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         positive_int("--batch-size", args.batch_size)
     writable_folder(args.out, "--out")
     for prompts in prompt_sets:
-        check_study_settings(Path(args.out) / study.name / prompts[0].dataset)
+        check_study_settings(Path(args.out) / study.name / prompts[0].dataset, "out")
     pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype],
                                   progress=not args.quiet and args.ray is None,
                                   float32_twins=False if args.no_twins else None)
