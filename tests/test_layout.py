@@ -10,7 +10,7 @@ import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "specbound"
 MATH_LAYERS = ("checks", "probability", "statistics", "bounds", "drafts", "verifiers", "chains")
-UPPER_LAYERS = ("engine", "models", "studies", "experiments", "plots", "cli")
+UPPER_LAYERS = ("engine", "models", "studies", "experiments", "plots", "api", "serve", "cli")
 
 
 def module_name(path: Path) -> str:
@@ -79,6 +79,20 @@ def test_math_layers_import_nothing_above_them(math_layer):
 def test_nothing_imports_the_command_line():
     offending = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
                        if layer(module) != "cli" for target in targets if layer(target) == "cli")
+    assert not offending
+
+
+def test_only_the_command_line_imports_the_server():
+    """``serve`` sits above ``api``, beside ``cli``: nothing below imports it."""
+    offending = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
+                       if layer(module) not in ("serve", "cli") for target in targets if layer(target) == "serve")
+    assert not offending
+
+
+def test_the_server_imports_no_command_line_and_no_study():
+    offending = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
+                       if layer(module) == "serve" for target in targets
+                       if layer(target) in ("cli", "studies", "experiments", "plots"))
     assert not offending
 
 

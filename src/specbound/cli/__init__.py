@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "specbound.cli.bounds",
     "specbound.cli.study",
     "specbound.cli.report",
+    "specbound.cli.serve",
 ]
 
 

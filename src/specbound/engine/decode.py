@@ -380,6 +380,7 @@ class Batch:
         self.active: list[Sequence] = []  # the admitted sequences, in cache row order
         self.joining: list[Sequence] = []  # added, admitted at the next step
         self.steps = 0
+        self.last_method: Method | None = None  # the method of the last step (the planner's choice under auto)
         self.model_seconds = 0.0  # inside the models during steps (prefill excluded)
         self._drafts = method.depth > 0
         self._added = 0
@@ -417,6 +418,7 @@ class Batch:
             return []
         decoder = self.decoder
         current = self.planner.method_for(self.steps) if self.planner else self.method
+        self.last_method = current
         models = self._models()
         model_seconds_before = sum(lm.model_seconds for lm in models)
         trees_and_outcomes = decoder._step(self.active, current, self.stats, self.record_expected, self.observer)

@@ -1,0 +1,184 @@
+"""Request bodies of the OpenAI API as this server takes them, and OpenAI's error object.
+
+Fields are checked strictly (a string where a number belongs is refused, not converted) and
+unknown fields are refused, as OpenAI refuses them; a refusal names the field
+(``param``). OpenAI fields this server does not implement are accepted only at their
+neutral value (``n`` = 1, no penalties, no logprobs, no echo), so that a client relying on
+them learns it at once. ``top_k`` is an extension (llama.cpp's and vLLM's servers take it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+MAX_STOPS = 4  # OpenAI's limit
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict:
+    """OpenAI's error object: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class RequestError(Exception):
+    """A request refused with an HTTP status and OpenAI's error object."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.param, self.code, self.kind = status, param, code, kind
+        self.headers = headers or {}
+
+    @property
+    def body(self) -> dict:
+        return error_body(str(self), self.kind, self.param, self.code)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    include_usage: bool = False
+
+
+def _neutral(value, neutral, name: str):
+    if value not in neutral:
+        raise ValueError(f"{name} is not supported by this server (only {neutral[0]!r})")
+    return value
+
+
+class _Sampling(BaseModel):
+    """What both endpoints share."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    top_k: Annotated[int, Field(ge=1)] | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict | None = None
+    logprobs: bool | int | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _one_choice(cls, value):
+        if value != 1:
+            raise ValueError("only n = 1 is supported")
+        return value
+
+    @field_validator("presence_penalty", "frequency_penalty")
+    @classmethod
+    def _no_penalty(cls, value, info):
+        return _neutral(value, (None, 0, 0.0), info.field_name)
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, value):
+        return _neutral(value, (None, {}), "logit_bias")
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value):
+        return _neutral(value, (None, False, 0), "logprobs")
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | Annotated[list[str], Field(min_length=1, max_length=1)]
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value):
+        return _neutral(value, (False,), "echo")
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value):
+        return _neutral(value, (None,), "suffix")
+
+    @field_validator("best_of")
+    @classmethod
+    def _one_best(cls, value):
+        return _neutral(value, (None, 1), "best_of")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def parse_request(schema: type[BaseModel], body: bytes) -> BaseModel:
+    """The request ``body`` as ``schema``, or a ``RequestError`` (400) naming the field."""
+    import json
+
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise RequestError(400, "We could not parse the JSON body of your request: expected a JSON object.") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "The request body must be a JSON object.")
+    try:
+        return schema.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = [part for part in first["loc"] if not _is_union_branch(part)]
+        param = _param(location)
+        if first["type"] == "extra_forbidden":
+            raise RequestError(400, f"Unrecognized request argument supplied: {param}", param) from None
+        if first["type"] == "missing":
+            raise RequestError(400, f"Missing required parameter: '{param}'.", param) from None
+        message = first["msg"].removeprefix("Value error, ")
+        raise RequestError(400, f"Invalid value for '{param}': {message}.", param) from None
+
+
+def _is_union_branch(part) -> bool:
+    """pydantic names the union member it tried (``str``, ``list[int]``, ``function-after[...]``)."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part)
+
+
+def _param(location: list) -> str:
+    """OpenAI's spelling of a field path: ``messages[0].content``."""
+    text = ""
+    for part in location:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
