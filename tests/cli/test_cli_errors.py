@@ -30,6 +30,16 @@ def test_ctrl_c_while_models_load_ends_with_one_line_and_status_130(monkeypatch,
     assert message == "specbound generate: interrupted"
 
 
+def test_ctrl_c_while_the_commands_import_ends_with_one_line_and_status_130(monkeypatch, capsys):
+    """The command modules import torch and transformers (seconds) before any command runs."""
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("specbound.cli.build_parser", interrupted)
+    assert main(["accept"]) == 130
+    assert capsys.readouterr().err.strip() == "specbound: interrupted"
+
+
 def test_a_bug_says_internal_error_with_the_hint_to_rerun_with_debug(monkeypatch, capsys):
     assert main(failing_command(monkeypatch, TypeError("unsupported operand"))) == 1
     message = capsys.readouterr().err.strip()

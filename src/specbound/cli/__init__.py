@@ -84,7 +84,12 @@ INTERNAL_ERROR_STATUS = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()
+    except KeyboardInterrupt:  # while the command modules import torch and transformers
+        print("specbound: interrupted", file=sys.stderr)
+        return INTERRUPTED_STATUS
+    args = parser.parse_args(argv)
     try:
         status = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
