@@ -212,3 +212,21 @@ def test_auto_plans_on_llama_cpp_costs_measured_once(gguf_models, tmp_path):
     assert len(generation.tokens) <= 12 and planner.history
     pair.auto_decoder(Processing(), cache_dir=tmp_path)  # measured once: the book is reused
     assert list(CostBook(tmp_path / "costs.json")._entries) == keys
+
+
+def test_a_row_added_between_steps_decodes_as_if_prefilled_first(gguf_models):
+    """``add_row``: a sequence joining a running batch gets its own row; when the context is
+    too small for it, a larger one is made and the committed rows are replayed into it."""
+    lm = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256)
+    lm.reset(1)
+    lm.prefill(0, [1, 2, 3])
+    lm.score([Entries.chain([4])])
+    lm.commit([[0]])
+    row = lm.add_row(cells=300)  # 4 + 300 > 256 cells: replayed into a larger context
+    lm.prefill(row, [5, 4])
+    scores = lm.score([Entries.chain([1]), Entries.chain([2])])
+    rows = [scores.logits(0)[0], scores.logits(1)[0]]
+    lm.commit([[0], [0]])
+    assert lm.lengths == [5, 3]
+    assert torch.allclose(rows[0], alone(lm, [1, 2, 3, 4, 1]), atol=ROUNDING)
+    assert torch.allclose(rows[1], alone(lm, [5, 4, 2]), atol=ROUNDING)

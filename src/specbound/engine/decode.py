@@ -423,10 +423,9 @@ class Batch:
         model_seconds_before = sum(lm.model_seconds for lm in models)
         trees_and_outcomes = decoder._step(self.active, current, self.stats, self.record_expected, self.observer)
         self.model_seconds += sum(lm.model_seconds for lm in models) - model_seconds_before
-        if self.planner is not None:
-            for tree, outcome in trees_and_outcomes:
-                if len(tree) > 1:
-                    self.planner.observe(current, tree, outcome.path, outcome.target_probs)
+        if self.planner is not None and current.depth:
+            for tree, outcome in trees_and_outcomes:  # steps that drafted nothing count too (no lookup match)
+                self.planner.observe(current, tree, outcome.path, outcome.target_probs)
         self.steps += 1
         emitted = [(sequence, decoder._emit(sequence, outcome, self.record_target_probs))
                    for sequence, (_, outcome) in zip(self.active, trees_and_outcomes)]

@@ -167,6 +167,7 @@ class _Node:
     """A pending entry of one row: its parent (−1: the committed tip), position id, and
     the sequences whose branches pass through it (the first one masks its attention)."""
 
+    token: int
     parent: int
     position: int
     sequences: list[int]
@@ -176,7 +177,7 @@ class _Node:
 @dataclass
 class _Row:
     sequence: int  # the main sequence: the committed prefix
-    length: int = 0  # committed entries
+    committed: list[int] = field(default_factory=list)  # its tokens (to replay them into a larger context)
     pending: list[_Node] = field(default_factory=list)
     branches: list[int] = field(default_factory=list)  # sequences of pending branches, the main one excepted
     main_open: bool = True  # no pending branch has taken the main sequence yet
@@ -264,7 +265,7 @@ class LlamaCppLM:
 
     @property
     def lengths(self) -> list[int]:
-        return [row.length for row in self._rows]
+        return [len(row.committed) for row in self._rows]
 
     def reset(self, batch_size: int = 1, cells: int | None = None) -> None:
         """Forget everything: an empty cache for ``batch_size`` rows. ``cells``: the KV
@@ -287,7 +288,7 @@ class LlamaCppLM:
         next-token logits of the last token (all tokens with ``last_only=False``).
         # -> [1 or n, vocab] float32"""
         state = self._rows[row]
-        if state.length or state.pending:
+        if state.committed or state.pending:
             raise ValueError(f"prefill: row {row} is not empty")
         tokens = self._checked_tokens(token_ids)
         count = len(tokens)
@@ -302,7 +303,7 @@ class LlamaCppLM:
             pieces.append(self._decode(items))
         self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
-        state.length = count
+        state.committed = tokens
         return torch.cat([piece for piece in pieces if piece.shape[0]])
 
     def score(self, entries: list[Entries], variant: str | None = None, outputs=None) -> LlamaScores:
@@ -360,20 +361,21 @@ class LlamaCppLM:
                 expected = entry
         llama = self._llama
         for state, path in zip(self._rows, paths):
+            length = len(state.committed)
             if path:
                 last = state.pending[path[-1]]
                 keeper = last.sequences[0]
                 if keeper == state.sequence:
                     llama.llama_memory_seq_rm(self._memory, state.sequence, last.position + 1, -1)
                 else:
-                    llama.llama_memory_seq_rm(self._memory, state.sequence, state.length, -1)
-                    llama.llama_memory_seq_cp(self._memory, keeper, state.sequence, state.length, last.position + 1)
+                    llama.llama_memory_seq_rm(self._memory, state.sequence, length, -1)
+                    llama.llama_memory_seq_cp(self._memory, keeper, state.sequence, length, last.position + 1)
             elif state.pending:
-                llama.llama_memory_seq_rm(self._memory, state.sequence, state.length, -1)
+                llama.llama_memory_seq_rm(self._memory, state.sequence, length, -1)
             for sequence in state.branches:
                 llama.llama_memory_seq_rm(self._memory, sequence, -1, -1)
                 self._free.append(sequence)
-            state.length += len(path)
+            state.committed = state.committed + [state.pending[entry].token for entry in path]
             state.pending, state.branches, state.main_open = [], [], True
 
     def select_rows(self, rows: list[int]) -> None:
@@ -388,6 +390,33 @@ class LlamaCppLM:
                     self._free.append(sequence)
         self._rows = [self._rows[row] for row in rows]
         self.batch_size = len(rows)
+
+    def add_row(self, cells: int | None = None) -> int:
+        """Append an empty row (a sequence joining between steps) and return its index;
+        ``prefill`` fills it. ``cells``: the entries the row may hold at most; a context too
+        small for every row's is replaced by a larger one into which the committed rows are
+        replayed (rounding may differ from their first forwards: llama.cpp is not
+        batch-invariant)."""
+        if any(row.pending for row in self._rows):
+            raise ValueError("add_row: commit the pending entries first")
+        if not self._free or len(self._rows) + 1 >= MAX_SEQUENCES:
+            raise ValueError(f"add_row: llama.cpp holds at most {MAX_SEQUENCES} sequences")
+        needed = sum(len(row.committed) for row in self._rows) + (cells or 0)
+        if needed > self._cells:
+            self._replay_into(max(needed, 2 * self._cells))
+        self._rows.append(_Row(self._free.pop()))
+        self.batch_size += 1
+        return self.batch_size - 1
+
+    def _replay_into(self, cells: int) -> None:
+        """A context of ``cells`` cells holding every row's committed tokens again."""
+        rows = self._rows
+        self._open_context(cells)
+        for state in rows:
+            tokens = state.committed
+            for start in range(0, len(tokens), self._batch_tokens):
+                self._decode([(tokens[i], i, (state.sequence,), False)
+                              for i in range(start, min(len(tokens), start + self._batch_tokens))])
 
     # -- internals ---------------------------------------------------------------------------
     def _place(self, b: int, entries: Entries):
@@ -409,14 +438,14 @@ class LlamaCppLM:
             if parent >= known:
                 continue  # inside this forward: its branches come from its attach point
             attach = state.pending[parent] if parent >= 0 else None
-            position = state.length if attach is None else attach.position + 1
+            position = len(state.committed) if attach is None else attach.position + 1
             for leaf in leaves_below[index]:
                 leaf_sequence[leaf] = self._branch_from(state, attach, position)
         nodes = []
         for index, (token, parent) in enumerate(zip(entries.tokens, parents)):
-            position = state.length if parent < 0 else (
+            position = len(state.committed) if parent < 0 else (
                 state.pending[parent].position + 1 if parent < known else nodes[parent - known].position + 1)
-            node = _Node(parent, position, [leaf_sequence[leaf] for leaf in leaves_below[index]],
+            node = _Node(int(token), parent, position, [leaf_sequence[leaf] for leaf in leaves_below[index]],
                          is_tip=not children[index])
             nodes.append(node)
             yield int(token), node.sequences, position
@@ -479,7 +508,7 @@ class LlamaCppLM:
         return torch.from_numpy(logits.copy())
 
     def _room_for(self, new_tokens: int) -> None:
-        used = sum(row.length + len(row.pending) for row in self._rows)
+        used = sum(len(row.committed) + len(row.pending) for row in self._rows)
         if used + new_tokens > self._cells:
             raise ValueError(f"entries: {used} cached tokens + {new_tokens} new exceed the context's {self._cells} "
                              "KV cells (reset the model with the cells the batch needs)")

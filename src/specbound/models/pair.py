@@ -168,15 +168,17 @@ def load_pair(
     progress: bool = True,
     float32_twins: bool | None = None,
     backend: str = "torch",
+    threads: int | None = None,
 ) -> ModelPair:
     """Load both models offline (``specbound.models.loading.load_model``), check their shared
     vocabulary, and encode prompts as the engine's ``chat`` does (the chat template as one
     user turn when the tokenizer has one — the default pair are instruct models).
     ``float32_twins`` defaults to True for a bfloat16 pair. ``draft=None`` loads the target
     alone (for autoregressive decoding or prompt lookup). ``backend="llama.cpp"``: the GGUF
-    files as they are on llama.cpp (``load_llamacpp_pair``; ``dtype`` and twins do not apply)."""
+    files as they are on llama.cpp (``load_llamacpp_pair``, with ``threads`` per forward;
+    ``dtype`` and twins do not apply)."""
     if backend == "llama.cpp":
-        return load_llamacpp_pair(target, draft, progress)
+        return load_llamacpp_pair(target, draft, progress, threads)
     from specbound.models.loading import check_shared_vocabulary, load_model  # transformers' model classes: slow
 
     target_loaded = load_model(target, dtype=dtype, progress=progress)
