@@ -10,10 +10,11 @@ values (huge numbers, 0, a large seed) are refused or run — within FUZZ_SECOND
 whose converter the test does not know gets every value as MAY_ACCEPT: no traceback, no
 status but 0 and 2, no time beyond the bound.
 
-``run``, ``generate`` and ``study`` must check their values before any model loads: the two
-ways a pair loads (``models.loading.load_model``, llama.cpp's ``load_llamacpp_pair``) are
-replaced by stubs that raise ``cli_fixtures.ModelWouldLoad`` (``conftest.no_model_loads``),
-and reaching one counts as "accepted" (no model is ever loaded here).
+``run``, ``generate``, ``serve`` and ``study`` must check their values before any model
+loads: the two ways a pair loads (``models.loading.load_model``, llama.cpp's
+``load_llamacpp_pair``) are replaced by stubs that raise ``cli_fixtures.ModelWouldLoad``
+(``conftest.no_model_loads``), and reaching one counts as "accepted" (no model is ever loaded
+here, and no server listens).
 Their --target/--draft name models, which only loading can check; they are not fuzzed.
 Output folders get a folder no one can create (below /proc), which must be refused before any
 work; ``generate``'s standard input gets bytes that are not UTF-8 and empty input
@@ -74,13 +75,14 @@ UNTYPED_KINDS = {  # options that take text, by (command, dest)
     ("accept", "target"): "distribution", ("accept", "draft"): "distribution",
     ("bounds", "target"): "distribution", ("bounds", "draft"): "distribution",
     ("run", "prompts"): "dataset", ("run", "methods"): "methods", ("run", "verifier"): "verifier",
-    ("report", "results_dir"): "results_dir", ("generate", "method"): "methods",
+    ("report", "results_dir"): "results_dir", ("generate", "method"): "methods", ("serve", "method"): "methods",
 }
 UNWRITABLE = "/proc/specbound-fuzz/out"  # a folder nobody can create, root included (Linux)
 STDIN_MUST_REFUSE = {"empty": b"", "blank": b" \n\t\n", "a lone 0xff": b"hi \xff", "cut short": b"hi \xc3",
                      "an encoded surrogate": b"\xed\xa0\x80", "random bytes": bytes(range(256)) * 20}
 STDIN_MAY_ACCEPT = {"NUL": b"\x00", "accents": "héllo wörld ✓".encode(), "long": b"word " * 20_000}
-MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study") for source in ("target", "draft")}
+MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study", "serve")
+                 for source in ("target", "draft")}
 KNOWN_OPEN: dict = {}  # (command, option): (values not run here, why, whose); none open today
 
 
@@ -150,6 +152,7 @@ def base_arguments(path, places, positional_fuzzed: bool = False) -> list[str]:
         ("run",): ["--prompts", places["prompts"], "--max-new-tokens", "2", "--output-dir", out],
         ("report",): [],
         ("generate",): ["--max-new-tokens", "2", "--quiet", *([] if positional_fuzzed else ["a prompt"])],
+        ("serve",): ["--max-new-tokens", "2", "--quiet"],  # an accepted value stops at loading: nothing listens
     }.get(path, ["--dataset", places["prompts"], "--max-new-tokens", "2", "--out", out, "--quiet"])
 
 
