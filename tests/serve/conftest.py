@@ -82,14 +82,17 @@ class ServerProcess:
         self.log.seek(0)
         return self.log.read()[-4000:]
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+
+    def stop(self) -> None:
+        self.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
         self.log.close()
 
 
@@ -106,6 +109,8 @@ def servers():
             process.wait_ready()
         yield started
     finally:
+        for process in started.values():  # both drain at once
+            process.terminate()
         for process in started.values():
             process.stop()
 

