@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from specbound.engine.costs import Costs
-from specbound.engine.planner import Planner
+from specbound.engine.planner import Evidence, Planner
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,9 +44,10 @@ def plan(costs: dict, acceptance: float, draft_precisions) -> tuple[float, str, 
     drafts = {None if precision == "bf16" else precision: costs["draft"][precision]
               for precision in draft_precisions if precision in costs["draft"]}
     planner = Planner(costs["target"]["bf16"], drafts)
+    evidence = planner.evidence.setdefault("model", Evidence())
     for depth in range(16):  # thousands of single-draft verifications at the measured acceptance
-        planner._attempts[(depth, 1)] = 10_000
-        planner._accepts[(depth, 1)] = round(10_000 * acceptance)
+        evidence.record(depth, 1, True, count=round(10_000 * acceptance))
+        evidence.record(depth, 1, False, count=10_000 - round(10_000 * acceptance))
     plain = planner.predict(planner.candidates[0]).tokens_per_second
     best = planner.best()
     return plain, best.candidate.label, best.tokens_per_second

@@ -102,10 +102,7 @@ class Speculator:
         options = options or {}
         key = (processing, method, tuple(sorted(options.items())))
         if key not in self._decoders:
-            if method == "auto":
-                if self.drafter == "prompt-lookup":
-                    raise ValueError("method: auto plans with the draft model; with prompt lookup name a method, "
-                                     "e.g. chain:gamma=4")
+            if method == "auto":  # without a draft model it plans between plain decoding and prompt lookup
                 self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions)
             else:
                 built = build_method(method, **options)

@@ -6,7 +6,7 @@ import torch
 from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
-from specbound.engine.planner import Planner
+from specbound.engine.planner import Evidence, Planner
 
 ROWS = (1, 2, 4, 8, 16, 32)
 
@@ -23,7 +23,7 @@ def test_where_rows_cost_linear_time_nothing_is_drafted():
     planner = Planner(AVX2["target"], {None: AVX2["draft"]})
     assert planner.best(optimistic=True).candidate.method == "autoregressive"
     for depth in range(8):  # even after seeing perfect acceptance
-        planner._attempts[(depth, 1)], planner._accepts[(depth, 1)] = 1000, 1000
+        planner.evidence.setdefault("model", Evidence()).record(depth, 1, True, count=1000)
     assert planner.best().candidate.method == "autoregressive"
 
 
@@ -39,7 +39,9 @@ def test_poor_acceptance_falls_back_to_plain_decoding():
     planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
     for depth in range(8):
         for drafts in range(1, 5):
-            planner._attempts[(depth, drafts)], planner._accepts[(depth, drafts)] = 1000, 50
+            evidence = planner.evidence.setdefault("model", Evidence())
+            evidence.record(depth, drafts, True, count=50)
+            evidence.record(depth, drafts, False, count=950)
     assert planner.best().candidate.method == "autoregressive"
 
 
@@ -75,7 +77,7 @@ def test_a_planner_kept_across_generations_plans_from_what_it_saw(target_model, 
     generator = torch.Generator().manual_seed(0)
     decoder.generate([1], planner, 12, generator)
     first = len(planner.history)
-    assert planner._optimistic_plans[0] and planner._attempts
+    assert planner._optimistic_plans[0] and planner.evidence["model"].attempts
     expected = planner.best().candidate.label
     decoder.generate([1], planner, 12, generator)
     assert planner.history[first][1] == expected and not any(planner._optimistic_plans[1:])
@@ -97,7 +99,8 @@ def test_one_draft_acceptance_comes_from_the_overlap_of_every_verified_node():
         tree = DraftTree.root_only(0)
         tree.expand(0, draft, torch.tensor([1]), "with_replacement")
         planner.observe(chain, tree, [1], [target, torch.full((1, vocab), 0.25)])
-    assert planner._accepts[(0, 1)] == planner._attempts[(0, 1)] == 200
+    evidence = planner.evidence["model"]
+    assert evidence.accepts[(0, 1)] == evidence.attempts[(0, 1)] == 200
     assert abs(planner.acceptance(0, 1) - 0.5) < 0.03
     assert abs(planner.acceptance(3, 1) - 0.5) < 0.03  # the pooled single-draft prior, too
 
@@ -143,3 +146,45 @@ def test_a_depth_no_plan_reached_is_predicted_from_the_depth_above_it():
     # 100 verifications a depth against a pseudo-count of 8: each estimate within ~0.03 of its depth's
     assert planner.acceptance(0, 1) < 0.55 and planner.acceptance(4, 1) > 0.96
     assert planner.acceptance(7, 1) > 0.96  # the pooled mean over depths 0-4 is 0.88
+
+
+def test_prompt_lookup_has_its_own_evidence_and_its_misses_count():
+    """Lookup steps teach the planner nothing about the draft model, and a lookup step with
+    no match is a step that accepted nothing (its a(0, 1) falls with the misses)."""
+    from specbound.engine.planner import default_candidates
+    from specbound.engine.tree import DraftTree
+
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, default_candidates(lookup=True))
+    lookup = next(method for candidate, method in planner._methods.items() if candidate.label == "lookup chain γ=2")
+    model_before = planner.acceptance(0, 1)
+    point_mass = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    for step in range(100):
+        tree = DraftTree.root_only(0)
+        if step % 4 == 0:  # a match one step in four, always accepted
+            tree.expand(0, point_mass, torch.tensor([1]), "with_replacement")
+            planner.observe(lookup, tree, [1], [torch.tensor([[0.0, 1.0, 0.0, 0.0]]), torch.full((1, 4), 0.25)])
+        else:
+            planner.observe(lookup, tree, [], [torch.full((1, 4), 0.25)])
+    assert planner.acceptance(0, 1) == model_before
+    assert abs(planner.acceptance(0, 1, drafter="lookup") - 0.25) < 0.05
+    assert planner.evidence["lookup"].attempts[(0, 1)] == 100
+
+
+def test_auto_with_prompt_lookup_is_lossless(target_model, draft_model):
+    """auto choosing between the draft model and prompt lookup step by step (one drafter
+    behind the other: DrafterChoice) keeps the target's law."""
+    from specbound.engine import PromptLookupDrafter
+    from specbound.engine.drafters import DrafterChoice
+    from specbound.engine.planner import default_candidates
+
+    processing = Processing()
+    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, default_candidates(4, lookup=True),
+                      replan_every=1)
+    drafters = {"model": ModelDrafter(CausalLM(draft_model), processing, planner.variant_for_rows),
+                "lookup": PromptLookupDrafter(vocab_size=6)}
+    decoder = Decoder(CausalLM(target_model), DrafterChoice(drafters), processing, eos_token_ids=[EOS])
+    prompt = [1, 2, 1]
+    generator = torch.Generator().manual_seed(0)
+    samples = [tuple(decoder.generate(prompt, planner, 3, generator).tokens) for _ in range(400)]
+    assert {label.split()[0] for _, label, _ in planner.history} >= {"lookup"}
+    assert chi_square_pvalue(samples, exact_sequence_law(target_model, prompt, processing, 3)) > SIGNIFICANCE

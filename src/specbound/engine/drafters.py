@@ -7,6 +7,8 @@
   (SPEC.md §4.1) from the very law later handed to the verifier.
 - ``PromptLookupDrafter``: copies the continuation of the latest earlier occurrence of the
   context's last n-gram; its draft law is a point mass (deterministic drafts, SPEC.md §6).
+- ``DrafterChoice``: both, each step's trees drafted by the one the step's method names
+  (``Method.drafter``), so that ``auto`` can choose between them step by step.
 
 Every sequence draws from its own ``torch.Generator``, in the same order as when it is
 decoded alone: a sequence's tokens do not depend on the batch it is in.
@@ -193,3 +195,42 @@ class PromptLookupDrafter:
 
     def select_rows(self, rows: list[int]) -> None:
         """Nothing to drop: the drafter has no cache."""
+
+
+class DrafterChoice:
+    """Several drafters behind one: each step drafts with ``drafters[method.drafter]`` and
+    commits to the same one; every drafter starts and drops rows with the batch. A model
+    drafter that sat out steps feeds the tokens committed meanwhile with its next tree."""
+
+    def __init__(self, drafters: dict):
+        if not drafters:
+            raise ValueError("drafters: expected at least one drafter")
+        sizes = {drafter.vocab_size for drafter in drafters.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"drafters: their vocabularies differ ({sorted(sizes)})")
+        self.drafters = dict(drafters)
+        self.vocab_size = sizes.pop()
+        self._last = None
+
+    @property
+    def language_models(self) -> list:
+        return [lm for drafter in self.drafters.values() for lm in drafter.language_models]
+
+    def reset(self, prompts: list[list[int]], cells: int | None = None) -> None:
+        for drafter in self.drafters.values():
+            drafter.reset(prompts, cells)
+        self._last = None
+
+    def draft(self, contexts, method, depths, generators) -> list[DraftTree]:
+        if method.drafter not in self.drafters:
+            raise ValueError(f"method: {method.name} drafts with {method.drafter!r}; this decoder has "
+                             f"{', '.join(self.drafters)}")
+        self._last = self.drafters[method.drafter]
+        return self._last.draft(contexts, method, depths, generators)
+
+    def commit(self, trees, paths) -> None:
+        self._last.commit(trees, paths)
+
+    def select_rows(self, rows: list[int]) -> None:
+        for drafter in self.drafters.values():
+            drafter.select_rows(rows)

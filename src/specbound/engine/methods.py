@@ -137,6 +137,7 @@ class Method:
     shape: Levels | Budget
     verifiers: tuple  # per depth: the per-node verifier deciding there; () when tree_verifier decides
     tree_verifier: object | None = None  # a verifier of the whole drafted tree (block, traversal)
+    drafter: str = "model"  # who drafts its trees: "model" (the draft model) or "lookup" (prompt lookup)
 
     def __post_init__(self):
         if self.tree_verifier is not None:

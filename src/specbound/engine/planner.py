@@ -30,6 +30,7 @@ not from the optimistic prior again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -48,22 +49,30 @@ PSEUDO_COUNT = 8.0  # weight of the prior in a(d, k), in verifications
 
 @dataclass(frozen=True)
 class Candidate:
-    """A method the planner may choose: a name of ``engine.methods`` and its options."""
+    """A method the planner may choose: a name of ``engine.methods``, its options, and who
+    drafts it ("model": the draft model; "lookup": prompt lookup, whose drafts cost no forward)."""
 
     method: str
     options: tuple = ()
+    drafter: str = "model"
 
     def build(self) -> Method:
-        return build_method(self.method, **dict(self.options))
+        method = build_method(self.method, **dict(self.options))
+        if self.drafter == "model":
+            return method
+        return dataclasses.replace(method, name=f"{self.drafter} {method.name}", drafter=self.drafter)
 
     @property
     def label(self) -> str:
         return self.build().name
 
 
-def default_candidates(max_depth: int = 8) -> list[Candidate]:
-    """Autoregressive, chains γ = 1..``max_depth``, and budgeted sparse trees."""
+def default_candidates(max_depth: int = 8, lookup: bool = False) -> list[Candidate]:
+    """Autoregressive, chains γ = 1..``max_depth``, and budgeted sparse trees; with
+    ``lookup`` also prompt-lookup chains γ = 1..``max_depth``."""
     candidates = [Candidate("autoregressive")]
+    if lookup:
+        candidates += [Candidate("chain", (("gamma", gamma),), "lookup") for gamma in range(1, max_depth + 1)]
     candidates += [Candidate("chain", (("gamma", gamma),)) for gamma in range(1, max_depth + 1)]
     for budget, depth, width in ((6, 4, 2), (8, 5, 2), (10, 6, 2), (12, 6, 3), (16, 6, 3), (16, 8, 2),
                                  (24, 8, 3), (32, 8, 4)):
@@ -85,11 +94,34 @@ class Prediction:
 
 
 @dataclass
+class Evidence:
+    """What the verified steps of one drafter showed: per (depth, drafts at the node) the
+    verifications and the descents, and per depth the sum of the exact single-draft
+    acceptances Σ min(p, q) of the nodes verified there, with their count."""
+
+    attempts: dict = field(default_factory=dict)  # (depth, drafts) -> verifications
+    accepts: dict = field(default_factory=dict)  # (depth, drafts) -> descents
+    overlaps: dict = field(default_factory=dict)  # depth -> (Σ of Σ min(p, q), nodes)
+
+    def record(self, depth: int, drafts: int, descended: bool, overlap: float | None = None, count: int = 1) -> None:
+        """``count`` verifications at a node of ``depth`` with ``drafts`` drafts, each
+        descending or not, with single-draft acceptance ``overlap`` (None: not known)."""
+        key = (depth, drafts)
+        self.attempts[key] = self.attempts.get(key, 0) + count
+        self.accepts[key] = self.accepts.get(key, 0) + count * int(descended)
+        if overlap is not None:
+            total, seen = self.overlaps.get(depth, (0.0, 0))
+            self.overlaps[depth] = (total + count * overlap, seen + count)
+
+
+@dataclass
 class Planner:
     """Chooses among ``candidates`` by predicted tokens/s (module docstring).
 
     ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft variant
-    (None = the model's own precision) its cost by rows; empty without a draft model."""
+    (None = the model's own precision) its cost by rows; empty without a draft model, which
+    leaves the candidates that need none (autoregressive, prompt lookup). ``evidence``: per
+    drafter, what its verified steps showed (``observe`` adds to it)."""
 
     target_costs: Costs
     draft_costs: dict[str | None, Costs] = field(default_factory=dict)
@@ -97,9 +129,7 @@ class Planner:
     prior_acceptance: float = PRIOR_ACCEPTANCE
     replan_every: int = REPLAN_EVERY
     name: str = "auto"
-    _attempts: dict = field(default_factory=dict)  # (depth, drafts) -> verifications
-    _accepts: dict = field(default_factory=dict)  # (depth, drafts) -> descents
-    _overlaps: dict = field(default_factory=dict)  # depth -> (Σ of Σ min(p, q) over verified nodes, nodes)
+    evidence: dict[str, Evidence] = field(default_factory=dict)
     _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
     _path_children: dict = field(default_factory=dict)  # budgeted candidate -> depth -> {children: path nodes}
     current: Candidate | None = None
@@ -108,7 +138,8 @@ class Planner:
 
     def __post_init__(self):
         if not self.draft_costs:
-            self.candidates = [candidate for candidate in self.candidates if candidate.method == "autoregressive"]
+            self.candidates = [candidate for candidate in self.candidates
+                               if candidate.method == "autoregressive" or candidate.drafter != "model"]
         self._methods = {candidate: candidate.build() for candidate in self.candidates}
 
     # -- what the decoder calls ----------------------------------------------------------------
@@ -127,8 +158,8 @@ class Planner:
         optimistically only while no verification has been seen (a planner kept across
         generations, as a server keeps it, starts the next one from what it learnt)."""
         if self.current is None or step % self.replan_every == 0:
-            optimistic = not self._attempts
-            best = self.best(optimistic=optimistic)
+            optimistic = not any(evidence.attempts for evidence in self.evidence.values())
+            best = self.best()
             self.current = best.candidate
             self.history.append((step, best.candidate.label, best.tokens_per_second))
             self._optimistic_plans.append(optimistic)
@@ -145,6 +176,9 @@ class Planner:
         own[1] += len(outcome_path)
         own[2] += len(tree) - 1
         visited = [0] + outcome_path
+        evidence = self.evidence.setdefault(method.drafter, Evidence())
+        if len(tree) == 1 and method.drafter != "model":  # a drafter with nothing to propose: nothing accepted
+            evidence.record(0, 1, False, 0.0)
         budgeted = isinstance(method.shape, Budget)
         for position, node in enumerate(visited):
             depth = tree.depths[node]
@@ -154,25 +188,28 @@ class Planner:
                 counts[children] = counts.get(children, 0) + 1
             if node not in tree.draft_tokens:
                 break
-            key = (depth, len(tree.children[node]))
-            self._attempts[key] = self._attempts.get(key, 0) + 1
-            descended = position + 1 < len(visited)
-            self._accepts[key] = self._accepts.get(key, 0) + int(descended)
+            overlap = None
             if target_rows is not None and position < len(target_rows):
                 overlap = float(torch.minimum(target_rows[position].reshape(-1), tree.draft_probs[node]).sum())
-                total, count = self._overlaps.get(depth, (0.0, 0))
-                self._overlaps[depth] = (total + overlap, count + 1)
+            evidence.record(depth, len(tree.children[node]), position + 1 < len(visited), overlap)
 
     # -- predictions ---------------------------------------------------------------------------
-    def best(self, optimistic: bool = False) -> Prediction:
-        predictions = [self.predict(candidate, optimistic) for candidate in self.candidates]
+    def best(self, optimistic: bool | None = None) -> Prediction:
+        """The candidate of the highest predicted tokens/s, each predicted optimistically
+        while its drafter has shown nothing yet (so a drafter not tried yet gets tried), or
+        as ``optimistic`` says for all."""
+        predictions = [self.predict(candidate, not self._seen(candidate.drafter) if optimistic is None else optimistic)
+                       for candidate in self.candidates]
         return max(predictions, key=lambda prediction: prediction.tokens_per_second)
 
     def predict(self, candidate: Candidate, optimistic: bool = False) -> Prediction:
         method = self._methods[candidate]
         return Prediction(candidate, self._accepted(candidate, method, optimistic), self._seconds(candidate, method))
 
-    def acceptance(self, depth: int, drafts: int, optimistic: bool = False) -> float:
+    def _seen(self, drafter: str) -> bool:
+        return bool(self.evidence.get(drafter, Evidence()).attempts)
+
+    def acceptance(self, depth: int, drafts: int, optimistic: bool = False, drafter: str = "model") -> float:
         """a(d, k): P(descend | a node at depth d with k drafts): the verifications seen at
         (d, k), shrunk toward the prior 1 − (1 − a₀)·ρ^{k−1}, where a₀ is the single-draft
         acceptance pooled over every depth seen (``prior_acceptance`` before any). The
@@ -182,28 +219,32 @@ class Planner:
         Σ min(p, q) of every node verified at depth d, whatever its number of drafts: the
         descents of one-draft nodes alone are biased upward by a budgeted tree, which gives
         one child to the nodes its draft is confident at (on humaneval they predicted chain
-        γ = 8 at 16.6 tokens/s after eight steps of sparse trees; it ran at ~12)."""
-        if self._overlaps:
-            single_hits = sum(total for total, _ in self._overlaps.values())
-            single_seen = sum(count for _, count in self._overlaps.values())
+        γ = 8 at 16.6 tokens/s after eight steps of sparse trees; it ran at ~12).
+
+        Each drafter has its own evidence (``drafter``): prompt lookup's drafts are accepted
+        at rates that say nothing of the draft model's."""
+        evidence = self.evidence.get(drafter, Evidence())
+        if evidence.overlaps:
+            single_hits = sum(total for total, _ in evidence.overlaps.values())
+            single_seen = sum(count for _, count in evidence.overlaps.values())
         else:
-            single_seen = sum(count for (_, k), count in self._attempts.items() if k == 1)
-            single_hits = sum(count for (_, k), count in self._accepts.items() if k == 1)
+            single_seen = sum(count for (_, k), count in evidence.attempts.items() if k == 1)
+            single_hits = sum(count for (_, k), count in evidence.accepts.items() if k == 1)
         single = (single_hits + PSEUDO_COUNT * self.prior_acceptance) / (single_seen + PSEUDO_COUNT)
         if optimistic:
             single = max(single, OPTIMISTIC_ACCEPTANCE)
         prior = 1.0 - (1.0 - single) * RECOVERED_SHARE ** (drafts - 1)
-        if drafts == 1 and self._overlaps:
+        if drafts == 1 and evidence.overlaps:
             # Each depth shrunk toward the one above it, not toward the all-depth mean: a plan
             # of γ yields nothing below depth γ, and the mean, which the first and hardest
             # depth dominates, under-predicted every deeper chain, so none was tried again
             # (humaneval: auto held γ = 5 while a fixed γ = 6 ran faster).
             observed = prior
             for shallower in range(depth + 1):
-                hits, seen = self._overlaps.get(shallower, (0.0, 0))
+                hits, seen = evidence.overlaps.get(shallower, (0.0, 0))
                 observed = (hits + PSEUDO_COUNT * observed) / (seen + PSEUDO_COUNT)
         else:
-            hits, seen = self._accepts.get((depth, drafts), 0), self._attempts.get((depth, drafts), 0)
+            hits, seen = evidence.accepts.get((depth, drafts), 0), evidence.attempts.get((depth, drafts), 0)
             observed = (hits + PSEUDO_COUNT * prior) / (seen + PSEUDO_COUNT)
         return max(prior, observed) if optimistic else observed
 
@@ -215,9 +256,10 @@ class Planner:
         for depth, drafts in enumerate(_path_drafts(method.shape)):
             mix = self._path_mix(candidate, depth) if not optimistic else None
             if mix is None:
-                reach *= self.acceptance(depth, drafts, optimistic)
+                reach *= self.acceptance(depth, drafts, optimistic, method.drafter)
             else:
-                reach *= sum(share * (self.acceptance(depth, k) if k else 0.0) for k, share in mix.items())
+                reach *= sum(share * (self.acceptance(depth, k, drafter=method.drafter) if k else 0.0)
+                             for k, share in mix.items())
             expected += reach
         return expected
 
@@ -240,7 +282,7 @@ class Planner:
     def _seconds(self, candidate: Candidate, method: Method) -> float:
         nodes = self._nodes(candidate, method)
         seconds = self.target_costs(1 + nodes)
-        if method.depth:
+        if method.depth and method.drafter == "model":  # prompt lookup runs no forward
             levels = _level_rows(method.shape, nodes)
             seconds += self.draft_seconds(2) + sum(self.draft_seconds(rows) for rows in levels[:-1])
         return seconds

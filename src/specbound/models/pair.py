@@ -112,11 +112,13 @@ class ModelPair:
         """A decoder whose method is chosen step by step by a ``Planner`` from this machine's
         measured forward costs (kept in ``<cache>/costs.json``) and the acceptance seen:
         returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
-        draft runs each forward at the precision measured fastest for its rows (its
-        quantised copies are kept in the cache)."""
-        from specbound.engine import Decoder, ModelDrafter
+        candidates draft with the draft model (when the pair has one) or by prompt lookup,
+        whose drafts cost no forward. On torch the draft runs each forward at the precision
+        measured fastest for its rows (its quantised copies are kept in the cache)."""
+        from specbound.engine import Decoder, ModelDrafter, PromptLookupDrafter
         from specbound.engine.costs import CostBook
-        from specbound.engine.planner import Planner
+        from specbound.engine.drafters import DrafterChoice
+        from specbound.engine.planner import Planner, default_candidates
         from specbound.models.gguf import default_cache_dir
         from specbound.models.quantize import quantize
 
@@ -133,15 +135,15 @@ class ModelPair:
                     continue
                 variants[precision] = quantize(self.draft, precision, cache_dir=cache)
                 draft_costs[precision] = book.costs(variants[precision], precision, device)
-        planner = Planner(target_costs, draft_costs, **({} if candidates is None else {"candidates": candidates}))
+        planner = Planner(target_costs, draft_costs, default_candidates(lookup=True) if candidates is None else candidates)
         eos = self.eos_token_ids if stop_at_eos else ()
         target = self.language_model(self.target, self.target_twin)
         batch_heads = target_costs(16) <= 2 * target_costs(1)  # rows nearly free: one head call per step
-        if self.draft is None:
-            return Decoder(target, None, processing, eos, batch_heads), planner
-        draft = self.language_model(self.draft, self.draft_twin, variants)
-        drafter = ModelDrafter(draft, processing, planner.variant_for_rows)
-        return Decoder(target, drafter, processing, eos, batch_heads), planner
+        drafters = {"lookup": PromptLookupDrafter(self.vocab_size, device=device)}
+        if self.draft is not None:
+            draft = self.language_model(self.draft, self.draft_twin, variants)
+            drafters["model"] = ModelDrafter(draft, processing, planner.variant_for_rows)
+        return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner
 
     def precision_of(self, model) -> str:
         """How ``model``'s weights are held: its torch dtype, or "gguf" (the file's own types)."""
