@@ -51,7 +51,7 @@ def parse_methods(args) -> dict[str, tuple[str, dict]]:
         label = "auto" if name == "auto" else build_method(name, **options).name
         if label in methods:
             raise ValueError(f"methods: {entry_of[label]!r} and {entry!r} name one method ({label}) twice; "
-                             "give each once")
+                             "give each once in --methods")
         methods[label], entry_of[label] = (name, options), entry
     return methods
 
