@@ -31,7 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from specbound.engine.processing import Processing
-from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, Overloaded, Text, TooManySettings
+from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, Overloaded, Text, TooManySettings, Unavailable
 from specbound.serve.prompts import PromptEncoder
 from specbound.serve.schemas import ChatCompletionRequest, CompletionRequest, RequestError, error_body, parse_request
 
@@ -85,7 +85,9 @@ def create_app(loop: BatchingLoop, encoder: PromptEncoder, settings: Settings) -
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "model": settings.model_name, **loop.health()}
+        health = loop.health()
+        return JSONResponse({"status": "error" if health["broken"] else "ok", "model": settings.model_name, **health},
+                            503 if health["broken"] else 200)
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -126,6 +128,8 @@ def create_app(loop: BatchingLoop, encoder: PromptEncoder, settings: Settings) -
         except Overloaded as error:
             raise RequestError(429, f"The server is busy: {error}. Retry later.", code="rate_limit_exceeded",
                                kind="requests", headers={"Retry-After": str(RETRY_AFTER)}) from None
+        except Unavailable as error:
+            raise RequestError(503, f"The server cannot take requests: {error}.", kind="server_error") from None
         except TooManySettings as error:
             raise RequestError(400, f"Unsupported sampling setting: {error}.", "temperature") from None
         reply = Reply(settings.model_name, chat)

@@ -96,6 +96,10 @@ class Overloaded(Exception):
     """The queue is full."""
 
 
+class Unavailable(Exception):
+    """The loop is stopping, or stopped."""
+
+
 class TooManySettings(Exception):
     """A new sampling setting beyond ``max_settings``."""
 
@@ -117,6 +121,7 @@ class BatchingLoop:
         self._running = 0  # jobs admitted and not ended (read by health)
         self._condition = threading.Condition()
         self._stopping = False
+        self.broken = False  # the loop's thread died (a bug; logged): requests are refused with 503
         self._thread = threading.Thread(target=self._run, name="specbound-decoding", daemon=True)
         self.completed = 0  # requests that ended with a Finished
         self.cancelled = 0  # requests dropped from their batch before they ended
@@ -129,8 +134,8 @@ class BatchingLoop:
         """Queue ``job``; ``Overloaded`` when the queue is full, ``TooManySettings`` for a
         sampling setting the server cannot add."""
         with self._condition:
-            if self._stopping:
-                raise Overloaded("the server is shutting down")
+            if self._stopping or self.broken:
+                raise Unavailable("the server is shutting down" if self._stopping else "the decoding loop stopped")
             if len(self._queue) >= self.max_queue:
                 raise Overloaded(f"{len(self._queue)} requests are waiting (--max-queue {self.max_queue})")
             if job.processing not in self._settings:
@@ -155,11 +160,23 @@ class BatchingLoop:
 
     def health(self) -> dict:
         with self._condition:
-            return {"running": self._running, "queued": len(self._queue), "settings": len(self._settings),
+            return {"running": self._running, "queued": len(self._queue), "settings": len(self._settings), "broken": self.broken,
                     "completed": self.completed, "cancelled": self.cancelled, "max_batch": self.max_batch, "max_queue": self.max_queue}
 
     # -- the loop's thread --------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # a bug: say so at once, refuse new requests, fail the waiting ones
+            log.exception("the decoding loop stopped")
+            with self._condition:
+                self.broken, waiting = True, list(self._queue)
+                self._queue.clear()
+            for job in waiting:
+                job.deliver(Failed(503, "The server's decoding loop stopped."))
+            raise
+
+    def _loop(self) -> None:
         while True:
             with self._condition:
                 while not self._stopping and not self._queue and not self._running:
@@ -214,7 +231,7 @@ class BatchingLoop:
 
     def _step(self, group: _Group) -> None:
         try:
-            emitted = group.batch.step()
+            self._step_and_send(group)
         except Exception:  # noqa: BLE001 — a failing step must not take the loop or other groups down
             log.exception("a decoding step failed; its group's requests fail, the loop runs on")
             jobs = list(group.jobs.values())
@@ -222,7 +239,9 @@ class BatchingLoop:
             group.batch = group.decoder.start(group.plan)  # its first admission resets the caches
             for job in jobs:
                 self._finish_count(Failed(500, "The decoding step of this request failed."), job)
-            return
+
+    def _step_and_send(self, group: _Group) -> None:
+        emitted = group.batch.step()
         label = group.batch.last_method.name
         for sequence, tokens in emitted:
             job = group.jobs[sequence.index]
