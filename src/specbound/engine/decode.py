@@ -108,7 +108,7 @@ class Sequence:
     prompt: list[int]
     max_new_tokens: int
     generator: torch.Generator
-    context: list[int] = field(default_factory=list)  # prompt and new tokens
+    context: list[int] = field(init=False)  # prompt and new tokens
     stats: RunStats = field(default_factory=RunStats)
     new_tokens: list[int] = field(default_factory=list)
     rows: list[torch.Tensor] = field(default_factory=list)
@@ -116,7 +116,7 @@ class Sequence:
     done: bool = False
 
     def __post_init__(self):
-        self.context = self.context or list(self.prompt)
+        self.context = list(self.prompt)
 
     def cells(self, method) -> int:
         """Cache entries the sequence may need at most (the LMs' ``cells`` hint)."""
