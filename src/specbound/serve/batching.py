@@ -159,8 +159,10 @@ class BatchingLoop:
         self._thread.join(timeout)
 
     def health(self) -> dict:
+        groups = list(self._groups.values())  # one C-level copy: the loop's thread may add a group meanwhile
         with self._condition:
-            return {"running": self._running, "queued": len(self._queue), "settings": len(self._settings), "broken": self.broken,
+            return {"in_batches": sum(len(group.batch.sequences) for group in groups),
+                    "tracked": sum(len(group.jobs) for group in groups),"running": self._running, "queued": len(self._queue), "settings": len(self._settings), "broken": self.broken,
                     "completed": self.completed, "cancelled": self.cancelled, "max_batch": self.max_batch, "max_queue": self.max_queue}
 
     # -- the loop's thread --------------------------------------------------------------------
