@@ -24,6 +24,7 @@ from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
 from specbound.engine.methods import check_drafted
 from specbound.models import DTYPES
+from specbound.models.backends import BACKENDS, resolve_backend
 from specbound.models.pair import load_pair
 from specbound.studies import STUDIES
 from specbound.studies.distributed import RayWorkers
@@ -46,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
     writable_folder(args.out, "--out")
     for prompts in prompt_sets:
         check_study_settings(Path(args.out) / study.name / prompts[0].dataset, "out")
+    backend = resolve_backend(args.backend, [args.target, args.draft])
     pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype],
                                   progress=not args.quiet and args.ray is None,
-                                  float32_twins=False if args.no_twins else None)
+                                  float32_twins=False if args.no_twins or backend == "llama.cpp" else None,
+                                  backend=backend)
     with contextlib.ExitStack() as stack:
         if args.ray is None:
             pair = pair_spec()
@@ -103,6 +106,10 @@ def _common(parser) -> None:
                         help="target model: embedded name, .gguf file or HF folder (default default-target)")
     parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="model dtype (bfloat16)")
+    parser.add_argument("--backend", choices=list(BACKENDS), default="auto",
+                        help="llama.cpp (GGUF files as they are; rows as llama.cpp computes them), torch (the "
+                        "models in --dtype, scored through float32 twins), or auto: llama.cpp for GGUF models "
+                        "when llama-cpp-python is installed (default)")
     parser.add_argument("--no-twins", action="store_true",
                         help="no float32 copies of bf16 models for scoring and prefill (saves ~8 GB; they "
                              "prefill only where float32 is measured faster than bf16 on this CPU)")

@@ -283,17 +283,17 @@ class LlamaCppLM:
         self.model_seconds = 0.0
 
     # -- the batched interface ----------------------------------------------------------------
-    def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
+    def prefill(self, row: int, token_ids, last_only: bool = True, last: int | None = None) -> torch.Tensor:
         """Commit ``token_ids`` as the whole prefix of the empty row ``row``; return the
-        next-token logits of the last token (all tokens with ``last_only=False``).
-        # -> [1 or n, vocab] float32"""
+        next-token logits of the last token (all tokens with ``last_only=False``, the last
+        ``last`` when given). # -> [1, n or last, vocab] float32"""
         state = self._rows[row]
         if state.committed or state.pending:
             raise ValueError(f"prefill: row {row} is not empty")
         tokens = self._checked_tokens(token_ids)
         count = len(tokens)
-        outputs = [count - 1] if last_only else list(range(count))
-        wanted = set(outputs)
+        first_read = count - (last if last is not None else 1 if last_only else count)
+        wanted = set(range(max(0, first_read), count))
         self._room_for(count)
         started = time.perf_counter()
         pieces = []
@@ -390,6 +390,16 @@ class LlamaCppLM:
                     self._free.append(sequence)
         self._rows = [self._rows[row] for row in rows]
         self.batch_size = len(rows)
+
+    def sequence_logits(self, token_ids, last: int) -> torch.Tensor:
+        """Next-token logits at the last ``last`` positions of one forward over ``token_ids``
+        alone (the cache reset for it): the full forward a study scores a sequence with.
+        # -> [last, vocab] float32"""
+        tokens = self._checked_tokens(token_ids)
+        self.reset(1, cells=len(tokens))
+        logits = self.prefill(0, tokens, last=last)
+        self.reset(1)
+        return logits
 
     def add_row(self, cells: int | None = None) -> int:
         """Append an empty row (a sequence joining between steps) and return its index;

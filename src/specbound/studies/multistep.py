@@ -142,16 +142,23 @@ class FullForwards:
     whole sequence (no cache, no engine), through ``processing``; float64, renormalised,
     memoised. The rows the enumeration of ``TreeDrafter`` asks for, at any prefix."""
 
-    def __init__(self, model: torch.nn.Module, processing: Processing):
+    def __init__(self, model, processing: Processing):
         self.model = model
         self.processing = processing
-        self.device = next(model.parameters()).device
         self.rows: dict[tuple[int, ...], np.ndarray] = {}
+        if isinstance(model, torch.nn.Module):
+            device = next(model.parameters()).device
+            self._last_logits = lambda sequence: model(input_ids=torch.tensor([sequence], device=device)).logits[0, -1:]
+        else:  # a llama.cpp model (engine.llamacpp): its own forward
+            from specbound.engine.llamacpp import LlamaCppLM
+
+            scorer = LlamaCppLM(model)
+            self._last_logits = lambda sequence: scorer.sequence_logits(list(sequence), 1)
 
     def __call__(self, sequence: tuple[int, ...]) -> np.ndarray:
         if sequence not in self.rows:
             with torch.no_grad():
-                logits = self.model(input_ids=torch.tensor([sequence], device=self.device)).logits[0, -1:]
+                logits = self._last_logits(sequence)
             row = self.processing.probs(logits.float().cpu())[0].double().numpy()
             self.rows[sequence] = row / row.sum()
         return self.rows[sequence]

@@ -119,10 +119,16 @@ def next_token_probs(
     """Row t = law of token t given the prompt and tokens[:t], from one forward over
     prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), computed in
     ``SCORING_DTYPE`` (by ``twin``, the model's float32 copy, when given; else by casting
-    the model), logits rounded to the model's dtype; rows in float64, renormalised.
+    the model), logits rounded to the model's dtype; rows in float64, renormalised. A
+    llama.cpp model (``engine.llamacpp``) scores with its own forward at the file's types.
     # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
+    if not isinstance(model, torch.nn.Module):  # a llama.cpp model: its own forward, at the file's precision
+        from specbound.engine.llamacpp import LlamaCppLM
+
+        logits = LlamaCppLM(model).sequence_logits(list(prompt_ids) + list(tokens[:-1]), len(tokens))
+        return _renormalised(processing.probs(logits))
     parameter = next(model.parameters())
     input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=parameter.device)
     scoring = computing_in(model, SCORING_DTYPE) if twin is None else nullcontext(twin)
