@@ -1,14 +1,14 @@
 """Benchmark of the acceptance study's per-unit work (specbound.studies.acceptance).
 
-``exact`` (the default; no model is loaded): the exact computations of one study unit at
-the report's settings — every position's rows cut by the tail budget (1e-6), then every
+``exact`` (the default; no model is loaded): the exact computations of one study unit
+(``AcceptanceStudy.exact``, one worker) at the report's settings — every position's rows cut by the tail budget (1e-6), then every
 method at n = 2, 3, 4, 6 — on synthetic rows of the real vocabulary (V = 151,936). The
 rows are shaped like the default pair's: Zipf-like logits (the kept support after the
 cut is a few thousand tokens, median), the draft's logits the target's plus noise, and
 either rounded to bfloat16 before a float32 softmax at T = 0.7 (``--rows bf16``, few
 distinct values, as the engine's rows) or a float64 softmax (``--rows float64``, all
 values distinct: the hard case for RRS without replacement at n = 3). Prints the unit's
-seconds and each (method, n)'s; ``--out`` writes them as JSON.
+seconds, then each step's alone (the cut, each (method, n)); ``--out`` writes them as JSON.
 
 ``scoring`` (needs the embedded default pair): scoring one 128-token continuation with one
 forward of each model in float32 (``traces.SCORING_DTYPE``) against bfloat16.
@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from specbound.engine import Processing
-from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods, cut_tail, exact_acceptances
+from specbound.bounds.tail import cut_tail, cut_tails
+from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, AcceptanceStudy, acceptance_methods, exact_acceptances
 
 VOCAB_SIZE = 151_936
 NEW_TOKENS = 128
@@ -67,15 +68,14 @@ def synthetic_rows(positions: int, rows: str, seed: int = 0, vocab_size: int = V
     return np.array(targets), np.array(drafts)
 
 
-def exact_unit(target_rows, draft_rows, num_drafts_list, methods, tail_budget):
-    """The study unit's exact part, as ``AcceptanceStudy.unit_output`` runs it (one worker):
-    per n, the tail cut of every row, then every method; seconds per step."""
-    seconds = {}
+def step_seconds(target_rows, draft_rows, num_drafts_list, methods, tail_budget):
+    """Seconds of each step of the unit's exact part alone: the cut of every row for all n,
+    then per n each method over the unit's rows (batched as the study batches them)."""
+    cuts, wall, _ = timed(lambda: [cut_tails(target, draft, tail_budget, num_drafts_list)
+                                   for target, draft in zip(target_rows, draft_rows)])
+    seconds = {"cut_tails, all n": wall}
     for num_drafts in num_drafts_list:
-        cut, wall, _ = timed(lambda: [cut_tail(target, draft, tail_budget, num_drafts)
-                                      for target, draft in zip(target_rows, draft_rows)])
-        seconds[f"cut_tail, n={num_drafts}"] = wall
-        pairs = [(target, draft) for target, draft, *_ in cut]
+        pairs = [(row[num_drafts].target, row[num_drafts].draft) for row in cuts]
         for method in methods:
             _, wall, _ = timed(lambda: exact_acceptances([method], pairs, num_drafts))
             seconds[f"{method}, n={num_drafts}"] = wall
@@ -89,10 +89,11 @@ def bench_exact(args) -> None:
           f"median {int(np.median(kept)):,}, max {max(kept):,}; single-draft acceptance "
           f"{np.minimum(target_rows, draft_rows).sum(axis=1).mean():.4f}")
     methods = list(acceptance_methods())
+    study = AcceptanceStudy(num_drafts=args.num_drafts, methods=methods, tail_budget=args.tail_budget, workers=1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        (seconds, wall, cpu) = timed(lambda: exact_unit(target_rows, draft_rows, args.num_drafts, methods,
-                                                        args.tail_budget))
+        _, wall, cpu = timed(lambda: study.exact(target_rows, draft_rows))  # the unit, as the study runs it
+    seconds = step_seconds(target_rows, draft_rows, args.num_drafts, methods, args.tail_budget)
     for step, value in sorted(seconds.items(), key=lambda item: -item[1]):
         print(f"  {step:40s} {value:8.3f} s  ({1000 * value / args.positions:8.2f} ms/position)")
     per_unit = wall * NEW_TOKENS / args.positions

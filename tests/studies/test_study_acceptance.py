@@ -215,7 +215,7 @@ def test_cutting_the_tail_moves_every_method_by_at_most_its_bound(rng):
     than the studies' 1e-7): every method moves by at most the recorded bound B (proven
     for Σ min and α*, checked here for the verifiers), B stays within the budget, and a
     zero budget changes nothing."""
-    from specbound.studies.acceptance import cut_tail
+    from specbound.bounds.tail import cut_tail
 
     moved = 0.0
     for _ in range(12):
@@ -234,24 +234,6 @@ def test_cutting_the_tail_moves_every_method_by_at_most_its_bound(rng):
                 assert abs(full - cut) <= bound, method
                 moved = max(moved, abs(full - cut) / bound)
     assert moved > 0.05  # the cut does move the values: the bound is tested, not vacuous
-
-
-def test_the_cut_never_drops_the_largest_draft_tokens():
-    """The n largest draft tokens and the largest target token stay even under a budget
-    so large that every other token goes (the greedy scheme's fixed drafts and the number
-    of distinct drafts must not change)."""
-    from specbound.studies.acceptance import cut_tail
-
-    draft = np.concatenate([[0.6, 0.3], np.full(1000, 0.1 / 1000)])
-    draft[7] *= 1.5  # the third largest draft token, otherwise like the tail
-    draft /= draft.sum()
-    target = np.concatenate([[0.2, 0.2], np.zeros(1000)])
-    target[500] = 0.6
-    cut_target, cut_draft, _, dropped_draft, _ = cut_tail(target, draft, 10.0, 3)
-    assert len(cut_draft) == 4 and dropped_draft > 0.09
-    kept = draft[[0, 1, 7, 500]]
-    np.testing.assert_allclose(cut_draft, kept / kept.sum(), rtol=1e-12)
-    np.testing.assert_allclose(cut_target, target[[0, 1, 7, 500]], rtol=1e-12)
 
 
 def test_a_tail_budget_that_is_not_a_small_number_is_refused():
@@ -311,16 +293,3 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
     assert len(records[0]) > 20
     assert records[0] == records[1]
     assert study._pool is not None  # the second run did split the work
-
-
-def test_tail_factor_sums_the_mass_left_after_the_largest_draft_tokens(rng):
-    """Σ_{i<n} 1/(1 − S_i) from its definition on random rows; on a row holding
-    q(top) = 1.0 beside two 1e-17 tokens, 1 − S_1 is their 2e-17, not 1.0 − 1.0."""
-    from specbound.studies.acceptance import tail_factor
-
-    for num_drafts in (1, 2, 3, 6):
-        draft = rng.dirichlet(np.ones(50))
-        largest = np.concatenate([[0.0], np.cumsum(np.sort(draft)[::-1])])[:num_drafts]
-        assert tail_factor(draft, num_drafts) == pytest.approx(np.sum(1.0 / (1.0 - largest)), rel=1e-12)
-    peaked = np.array([1.0, 1e-17, 1e-17, 0.0])
-    assert tail_factor(peaked, 3) == pytest.approx(1.0 + 1.0 / 2e-17 + 1.0 / 1e-17, rel=1e-12)

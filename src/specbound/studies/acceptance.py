@@ -14,18 +14,12 @@ rows, batched over positions — never by sampling:
 Each verifier is compared with its draft scheme's α* at the same number of drafts.
 
 Tail cut (``tail_budget``, default 1e-6): before the exact computations each row pair
-drops its least likely tokens (smallest max(p_t, q_t)), renormalised, as many as keep
-B = δp + δq·Σ_{i<n} 1/(1 − S_i) within the budget — δp, δq the dropped masses, S_i the
-mass of q's i largest tokens; one cut per number of drafts n. Why B bounds the
-move: p ↦ p' is a TV move of δp; draft i falls in the dropped set with probability at
-most δq/(1 − S_i) given the earlier draws (without replacement their mass leaves the
-denominator), and given it does not, the cut law draws the same — so the n-draft law
-moves by at most δq·Σ 1/(1 − S_i), and Σ min(p, q) and every α* by at most B. The tests
-check B for every verifier as well. The n largest draft tokens and the largest target
-token are never dropped (the greedy scheme's fixed drafts and the support size stay).
-On the default pair at T = 0.7, n = 3, this keeps about two thousand of 151,936 tokens
-per row (a median) and makes the without-replacement computations ~10× faster. ``tail_budget = 0`` drops
-only tokens where p = q = 0: exact. B and the dropped masses are recorded per position.
+drops its least likely tokens, renormalised, while a proven bound B on the move of
+Σ min(p, q) and of every α* stays within the budget (``specbound.bounds.tail``, where the
+proof is); one cut per number of drafts n, all n from one pass over the row. On the
+default pair at T = 0.7, n = 3, this keeps about two thousand of 151,936 tokens per row (a
+median). ``tail_budget = 0`` drops only tokens where p = q = 0: exact. B and the dropped
+masses are recorded per position.
 
 A position whose draft law has fewer tokens than a distinct-token scheme needs gets as
 many drafts as it has tokens, and a verifier fixed to two drafts hands such a position to
@@ -53,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from specbound import arguments
+from specbound.bounds.tail import TailCut, cut_tails
 from specbound.checks import finite_number, positive_int
 from specbound.datasets import Prompt
 from specbound.drafts import DRAFT_SCHEMES, DraftScheme
@@ -149,48 +144,6 @@ def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> 
 DEFAULT_TAIL_BUDGET = 1e-6
 
 
-def tail_factor(draft: np.ndarray, num_drafts: int) -> float:
-    """Σ_{i<n} 1/(1 − S_i), S_i the mass of the draft's i largest tokens; 1 − S_i is summed
-    from the other tokens (a peaked row can hold q(top) = 1.0 beside 1e-17 tokens, where
-    1.0 − S_1 would be 0). # [vocab] -> float"""
-    size = min(num_drafts - 1, draft.size - 1)
-    split = np.partition(draft, draft.size - 1 - size) if size > 0 else draft
-    top = np.sort(split[draft.size - size :]) if size > 0 else np.zeros(0)  # ascending
-    rest = split[: draft.size - size].sum()  # mass outside the top n − 1
-    # 1 − S_i = rest + the top tokens from i on: i = n − 1, n − 2, ..., 0
-    outside = rest + np.concatenate([[0.0], np.cumsum(top)])
-    return float(np.sum(1.0 / np.maximum(outside, 1e-300)))
-
-
-def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):
-    """Drop the least likely tokens while B = δp + δq·tail_factor ≤ ``budget``; renormalise.
-
-    Tokens are dropped by octaves of max(p, q) (all below 2^k for the largest k that fits
-    the budget), which costs O(vocab) instead of a sort; the n largest draft tokens and the
-    largest target token are never dropped.
-    # [vocab], [vocab] -> [k] target, [k] draft, δp, δq, B"""
-    likely = np.maximum(target, draft)
-    keep = likely > 0
-    if budget > 0:
-        factor = tail_factor(draft, num_drafts)
-        droppable = likely <= budget  # a dropped token alone adds p + factor·q ≥ max(p, q)
-        count = min(num_drafts, draft.size)
-        droppable[np.argpartition(draft, draft.size - count)[draft.size - count :]] = False
-        droppable[np.argmax(target)] = False
-        candidates = np.flatnonzero(droppable & keep)
-        octave = np.floor(np.log2(likely[candidates])).astype(np.int64)  # token in [2^o, 2^(o+1))
-        octave -= octave.min() if octave.size else 0
-        move = np.cumsum(np.bincount(octave, weights=target[candidates] + factor * draft[candidates]))
-        dropped_octaves = int(np.searchsorted(move, budget, side="right"))  # octaves 0 .. k−1 fit
-        keep[candidates[octave < dropped_octaves]] = False
-    else:
-        factor = 0.0
-    kept_target, kept_draft = target[keep], draft[keep]
-    dropped_target, dropped_draft = float(target[~keep].sum()), float(draft[~keep].sum())
-    bound = dropped_target + factor * dropped_draft
-    return kept_target / kept_target.sum(), kept_draft / kept_draft.sum(), dropped_target, dropped_draft, bound
-
-
 @register_study
 class AcceptanceStudy(Study):
     """Units: prompts × temperatures; each records all ``num_drafts`` values at once (the
@@ -281,10 +234,7 @@ class AcceptanceStudy(Study):
         target_rows, draft_rows = trace_probs(pair, trace, processing)
         scored = time.perf_counter()
         positions, unavailable = [], {}
-        for num_drafts in self.num_drafts:
-            rows = [cut_tail(target, draft, self.tail_budget, num_drafts)
-                    for target, draft in zip(target_rows, draft_rows)]
-            acceptance, missing = self._exact(rows, num_drafts)
+        for num_drafts, (rows, acceptance, missing) in self.exact(target_rows, draft_rows).items():
             for method, reason in missing.items():  # no exact algorithm at this size (e.g. RRS w/o, n ≥ 4)
                 unavailable[f"{method}, n={num_drafts}"] = reason
             for position, token in enumerate(trace.tokens):
@@ -295,8 +245,8 @@ class AcceptanceStudy(Study):
                     "position": position,
                     "token": token,
                     "acceptance": {method: float(values[position]) for method, values in acceptance.items()},
-                    "tail_mass": [rows[position][2], rows[position][3]],
-                    "tail_bound": rows[position][4],
+                    "tail_mass": [rows[position].dropped_target, rows[position].dropped_draft],
+                    "tail_bound": rows[position].bound,
                 })
         run = {
             "prompt_id": unit.prompt.id,
@@ -311,10 +261,22 @@ class AcceptanceStudy(Study):
         }
         return UnitOutput(positions, run, seconds)
 
+    def exact(self, target_rows, draft_rows) -> dict[int, tuple[list[TailCut], dict, dict]]:
+        """The exact part of a unit: n -> (each position's tail cut, method -> acceptance
+        [positions], method -> why it has no exact value at n), for every n of the study.
+        # target_rows, draft_rows [positions, vocab]"""
+        cuts = [cut_tails(target, draft, self.tail_budget, self.num_drafts)
+                for target, draft in zip(target_rows, draft_rows)]
+        exact = {}
+        for num_drafts in self.num_drafts:
+            rows = [row_cuts[num_drafts] for row_cuts in cuts]
+            exact[num_drafts] = (rows, *self._exact(rows, num_drafts))
+        return exact
+
     def _exact(self, rows, num_drafts: int) -> tuple[dict, dict]:
         """Every method at every row: in this process, or split over ``workers`` processes
         (interleaved rows, so each gets a share of the long and the short ones)."""
-        pairs = [(target, draft) for target, draft, *_ in rows]
+        pairs = [(cut.target, cut.draft) for cut in rows]
         if self.workers == 1 or len(pairs) < 2 * self.workers:
             return exact_acceptances(self.methods, pairs, num_drafts)
         if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
@@ -349,7 +311,9 @@ class AcceptanceStudy(Study):
 
 def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
     """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
-    no exact value at this size (``method_acceptance``'s ValueError)."""
+    no exact value at this size (``method_acceptance``'s ValueError). One call per row:
+    batching rows of different lengths by padding was measured slower (the padding costs
+    more than the calls it saves)."""
     acceptance, missing = {}, {}
     for method in methods:
         try:
@@ -559,7 +523,7 @@ def _tail_blocks(studies: list[StudyResults]) -> list:
         "Before the exact computations each row pair drops its least likely tokens (smallest max(p, q)), "
         "renormalised, while B = δp + δq·Σ_{i<n} 1/(1 − S_i) stays within a budget (δ: dropped masses, S_i: mass "
         "of the draft’s i largest tokens, one cut per number of drafts n). Σ min(p, q) and every α* move by at "
-        "most B (proof in `specbound.studies.acceptance`); the tests check B for the verifiers too. It keeps "
+        "most B (proof in `specbound.bounds.tail`); the tests check B for the verifiers too. It keeps "
         "about two thousand tokens of the vocabulary at n = 3 (median) and makes the exact computations ~10× "
         "faster. Per position:"
     ), Bullets(lines)]

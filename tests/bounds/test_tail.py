@@ -1,0 +1,82 @@
+"""The tail cut (specbound.bounds.tail): all numbers of drafts from one pass give each n's
+own cut, the protected tokens stay, and the tail factor is its definition."""
+
+import numpy as np
+import pytest
+
+from specbound.bounds.tail import cut_tail, cut_tails, tail_factor
+
+
+def reference_cut(target, draft, budget, num_drafts):
+    """The cut for one n by its definition, token by token: drop the octaves of
+    max(p, q) from the smallest while δp + δq·Σ_{i<n} 1/(1 − S_i) stays within the budget,
+    never the n largest draft tokens (ties to the lower id) or the largest target token."""
+    likely = np.maximum(target, draft)
+    keep = likely > 0
+    largest = sorted(range(draft.size), key=lambda token: (-draft[token], token))[:num_drafts]
+    top = np.sort(draft)[::-1]
+    factor = sum(1.0 / (1.0 - top[:i].sum()) for i in range(min(num_drafts, draft.size)))
+    droppable = keep & (likely <= budget)
+    droppable[largest] = False
+    droppable[np.argmax(target)] = False
+    octave = np.where(droppable, np.floor(np.log2(np.where(droppable, likely, 1.0))), np.inf)
+    dropped = np.zeros(draft.size, dtype=bool)
+    for level in np.unique(octave[droppable]):
+        trial = dropped | (octave == level)
+        if target[trial].sum() + factor * draft[trial].sum() > budget:
+            break
+        dropped = trial
+    kept = keep & ~dropped
+    return kept, target[~kept].sum(), draft[~kept].sum()
+
+
+def tailed_rows(rng, vocab_size):
+    logits = rng.normal(size=(2, vocab_size)) * rng.uniform(2.0, 8.0)
+    logits[1] += rng.normal(size=vocab_size)
+    rows = np.exp(logits - logits.max(axis=1, keepdims=True))
+    rows[:, rng.random(vocab_size) < 0.05] = 0.0
+    rows[:, 0] += 1e-3  # never an all-zero row
+    return rows / rows.sum(axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("budget", [0.0, 1e-6, 1e-4, 1e-2])
+def test_one_pass_for_every_number_of_drafts_gives_each_ns_own_cut(rng, budget):
+    for _ in range(25):
+        target, draft = tailed_rows(rng, int(rng.integers(5, 400)))
+        cuts = cut_tails(target, draft, budget, [1, 2, 3, 4, 6])
+        for num_drafts, cut in cuts.items():
+            kept, dropped_target, dropped_draft = reference_cut(target, draft, budget, num_drafts)
+            np.testing.assert_allclose(cut.target, target[kept] / target[kept].sum(), rtol=1e-12)
+            np.testing.assert_allclose(cut.draft, draft[kept] / draft[kept].sum(), rtol=1e-12)
+            assert cut.dropped_target == pytest.approx(dropped_target, rel=1e-12, abs=1e-300)
+            assert cut.dropped_draft == pytest.approx(dropped_draft, rel=1e-12, abs=1e-300)
+            assert cut.bound <= budget or budget == 0.0
+            single = cut_tail(target, draft, budget, num_drafts)
+            np.testing.assert_array_equal(single[0], cut.target)
+
+
+def test_the_cut_never_drops_the_largest_draft_tokens():
+    """The n largest draft tokens and the largest target token stay even under a budget
+    so large that every other token goes (the greedy scheme's fixed drafts and the number
+    of distinct drafts must not change)."""
+    draft = np.concatenate([[0.6, 0.3], np.full(1000, 0.1 / 1000)])
+    draft[7] *= 1.5  # the third largest draft token, otherwise like the tail
+    draft /= draft.sum()
+    target = np.concatenate([[0.2, 0.2], np.zeros(1000)])
+    target[500] = 0.6
+    cut_target, cut_draft, _, dropped_draft, _ = cut_tail(target, draft, 10.0, 3)
+    assert len(cut_draft) == 4 and dropped_draft > 0.09
+    kept = draft[[0, 1, 7, 500]]
+    np.testing.assert_allclose(cut_draft, kept / kept.sum(), rtol=1e-12)
+    np.testing.assert_allclose(cut_target, target[[0, 1, 7, 500]], rtol=1e-12)
+
+
+def test_tail_factor_sums_the_mass_left_after_the_largest_draft_tokens(rng):
+    """Σ_{i<n} 1/(1 − S_i) from its definition on random rows; on a row holding
+    q(top) = 1.0 beside two 1e-17 tokens, 1 − S_1 is their 2e-17, not 1.0 − 1.0."""
+    for num_drafts in (1, 2, 3, 6):
+        draft = rng.dirichlet(np.ones(50))
+        largest = np.concatenate([[0.0], np.cumsum(np.sort(draft)[::-1])])[:num_drafts]
+        assert tail_factor(draft, num_drafts) == pytest.approx(np.sum(1.0 / (1.0 - largest)), rel=1e-12)
+    peaked = np.array([1.0, 1e-17, 1e-17, 0.0])
+    assert tail_factor(peaked, 3) == pytest.approx(1.0 + 1.0 / 2e-17 + 1.0 / 1e-17, rel=1e-12)
