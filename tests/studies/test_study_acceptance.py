@@ -173,6 +173,7 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
     n ≥ 4 on a 150k vocabulary), its (temperature, n) cell is dropped for every prompt and
     the reason kept, instead of averaging over the prompts where it worked."""
     from specbound.studies import acceptance
+    from specbound.studies.acceptance_report import unavailable_methods
 
     compute = acceptance.method_acceptance
     calls = {"kseq": 0}
@@ -190,7 +191,7 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
     summary = acceptance_summary(results)
     assert (0.7, 2, "kseq") in summary and (0.7, 3, "single") in summary
     assert (0.7, 3, "kseq") not in summary
-    assert acceptance.unavailable_methods(results) == {"kseq, n=3": "num_drafts: too large here"}
+    assert unavailable_methods(results) == {"kseq, n=3": "num_drafts: too large here"}
 
 
 def test_scoring_runs_in_float32_and_leaves_the_model_in_its_own_dtype():

@@ -1,0 +1,102 @@
+"""The methods of the acceptance study [HU] §5: the optimum α* of every registered draft
+scheme, and every registered lossless per-node verifier whose exact acceptance scales to
+real vocabularies, each with its number of drafts and the optimum it is compared with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specbound.drafts import DRAFT_SCHEMES, DraftScheme
+from specbound.probability import support_size
+from specbound.verifiers import VERIFIERS, Verifier
+
+DEFAULT_TEMPERATURE = 0.7  # [HU]'s defaults, the headline of the tables
+DEFAULT_NUM_DRAFTS = 3
+
+
+@dataclass(frozen=True)
+class AcceptanceMethod:
+    """One row of the acceptance tables: the optimum α* of a draft scheme, or a verifier.
+
+    ``count(n)`` is the number of drafts it is evaluated at when the study asks for n;
+    ``bound`` names the optimum it is compared with (its draft scheme's α*), None for an
+    optimum itself."""
+
+    name: str
+    label: str
+    scheme: DraftScheme
+    fixed_num_drafts: int | None
+    verifier: Verifier | None = None
+
+    @property
+    def bound(self) -> str | None:
+        return None if self.verifier is None else optimum_name(self.scheme)
+
+    def count(self, num_drafts: int) -> int:
+        return self.fixed_num_drafts or num_drafts
+
+    def acceptance(self, target_rows, draft_rows, num_drafts: int) -> np.ndarray:
+        """Exact acceptance with ``num_drafts`` drafts at every row, each row getting as
+        many as its draft law allows (the engine's rule).
+        # target_rows, draft_rows [positions, vocab] -> [positions]"""
+        counts = self.scheme.effective_num_drafts(num_drafts, support_size(draft_rows))
+        acceptance = np.empty(draft_rows.shape[0])
+        for count in np.unique(counts):
+            rows = counts == count
+            acceptance[rows] = self._at(target_rows[rows], draft_rows[rows], int(count))
+        return acceptance
+
+    def _at(self, target, draft, count):
+        if self.verifier is None:
+            return self.scheme.for_num_drafts(count).optimum(target, draft, count).acceptance
+        return self.verifier.for_num_drafts(count).acceptance_rate(target, draft, count)
+
+
+def optimum_name(scheme: DraftScheme) -> str:
+    return f"optimal_{scheme.name}"
+
+
+def acceptance_methods() -> dict[str, AcceptanceMethod]:
+    """The study's methods, from the registries: α* of every draft scheme, then every
+    lossless per-node verifier whose exact acceptance scales to real vocabularies."""
+    methods = {
+        optimum_name(scheme): AcceptanceMethod(optimum_name(scheme), f"α* {scheme.label}", scheme,
+                                               scheme.fixed_num_drafts)
+        for scheme in DRAFT_SCHEMES.values()
+    }
+    for verifier_class in VERIFIERS.values():
+        if verifier_class.lossless and verifier_class.scalable and verifier_class.per_node:
+            verifier = verifier_class()
+            methods[verifier.name] = AcceptanceMethod(verifier.name, verifier.label, verifier.draft_scheme,
+                                                      verifier.fixed_num_drafts, verifier)
+    return methods
+
+
+def method_label(name: str) -> str:
+    """A method's table label (its name when it is no longer registered)."""
+    method = acceptance_methods().get(name)
+    return method.label if method else name
+
+
+def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> np.ndarray:
+    """Exact acceptance of ``method`` (a key of ``acceptance_methods``) asked for with
+    ``num_drafts`` drafts, at every row.  # [positions, vocab] x2 -> [positions]"""
+    methods = acceptance_methods()
+    if method not in methods:
+        raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(methods)}")
+    entry = methods[method]
+    return entry.acceptance(target_rows, draft_rows, entry.count(num_drafts))
+
+
+def bound_of(method: str, num_drafts: int) -> str | None:
+    """The optimum a method is compared with at n = ``num_drafts``: its draft scheme's α*,
+    when both are evaluated at the same number of drafts (the single draft's α* is the
+    one-draft optimum, not the study's n). None for an optimum or an unknown method."""
+    methods = acceptance_methods()
+    entry = methods.get(method)
+    if entry is None or entry.bound is None or entry.bound not in methods:
+        return None
+    return entry.bound if methods[entry.bound].count(num_drafts) == entry.count(num_drafts) else None
