@@ -44,15 +44,21 @@ def test_eight_concurrent_streams_get_the_tokens_of_solo_runs(server):
     assert sum(tokens for _, _, tokens in solo) > 3 * len(PROMPTS), "the streams must be long enough to overlap"
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_slot(small_server):
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_disconnects_mid_request_frees_its_slot(small_server, stream):
     """One sequence at a time: the disconnected request is dropped before it ends (its 250
-    tokens would take seconds), and the next request gets the slot."""
+    tokens take over a second), and the next request gets the slot. A streaming client leaves
+    after its first chunk, a waiting one after 0.2 s."""
     before = small_server.health()
+    body = {"model": MODEL, "prompt": "red", "max_tokens": 250, "seed": 1, "stream": stream}
     with httpx.Client(base_url=small_server.url, timeout=30) as http:
-        with http.stream("POST", "/v1/completions", json={"model": MODEL, "prompt": "red", "max_tokens": 250,
-                                                         "seed": 1, "stream": True}) as response:
-            lines = response.iter_lines()
-            assert next(line for line in lines if line.startswith("data: "))
+        if stream:
+            with http.stream("POST", "/v1/completions", json=body) as response:
+                lines = response.iter_lines()
+                assert next(line for line in lines if line.startswith("data: "))
+        else:
+            with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=small_server.url, timeout=0.2) as impatient:
+                impatient.post("/v1/completions", json=body)
         deadline = time.monotonic() + 10
         while small_server.health()["cancelled"] == before["cancelled"] and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -35,7 +35,7 @@ from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, Overlo
 from specbound.serve.prompts import PromptEncoder
 from specbound.serve.schemas import ChatCompletionRequest, CompletionRequest, RequestError, error_body, parse_request
 
-DISCONNECT_POLL = 0.25  # seconds between checks that a non-streaming client is still there
+DISCONNECT_POLL = 0.1  # seconds between checks that a non-streaming client is still there
 RETRY_AFTER = 1  # seconds a refused (429) client is told to wait
 
 
@@ -162,22 +162,28 @@ def create_app(loop: BatchingLoop, encoder: PromptEncoder, settings: Settings) -
             raise RequestError(400, str(error), field if field in values else None) from None
 
     async def collect(request: Request, job: Job, events: asyncio.Queue, reply: Reply):
-        parts = []
-        while True:
-            try:
-                event = await asyncio.wait_for(events.get(), DISCONNECT_POLL)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    loop.cancel(job)
-                    return JSONResponse(error_body("The client disconnected."), 499)
-                continue
-            if isinstance(event, Text):
-                parts.append(event.text)
-            elif isinstance(event, Finished):
-                return reply.whole("".join(parts), event)
-            else:
-                raise RequestError(event.status, event.message, kind="server_error" if event.status >= 500
-                                   else "invalid_request_error")
+        parts, check_at = [], time.monotonic() + DISCONNECT_POLL
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(events.get(), DISCONNECT_POLL)
+                except TimeoutError:
+                    event = None
+                if time.monotonic() >= check_at:  # every DISCONNECT_POLL, whether text came or not
+                    check_at = time.monotonic() + DISCONNECT_POLL
+                    if await request.is_disconnected():
+                        return JSONResponse(error_body("The client disconnected."), 499)
+                if event is None:
+                    continue
+                if isinstance(event, Text):
+                    parts.append(event.text)
+                elif isinstance(event, Finished):
+                    return reply.whole("".join(parts), event)
+                else:
+                    raise RequestError(event.status, event.message, kind="server_error" if event.status >= 500
+                                       else "invalid_request_error")
+        finally:
+            loop.cancel(job)  # a client gone, or the drain's time up (no-op once the request ended)
 
     async def stream(job: Job, events: asyncio.Queue, reply: Reply, include_usage: bool):
         try:
