@@ -14,8 +14,8 @@ import pytest
 
 from specbound.cli import main
 from specbound.statistics import grouped_per_token_means
-from specbound.studies.multistep import (MultistepConfig, MultistepStudy, ladder_table, multistep_summary,
-                                         optimum_entries)
+from specbound.studies.multistep import MultistepConfig, MultistepStudy, optimum_entries
+from specbound.studies.multistep_report import ladder_table, multistep_summary
 from specbound.studies.records import read_results
 from specbound.studies.report import write_report
 from specbound.studies.runner import run_study
