@@ -5,9 +5,10 @@
   API key;
 - ``small_server``: the pair without EOS (every request runs to its max_tokens), one
   sequence at a time and one waiting, so that overload, disconnects and the drain on SIGTERM
-  are seen; the drain test stops it, last.
+  are seen; the drain test stops it, last;
+- ``short_drain_server``: the same, two waiting, with a drain of 0.2 s, for a drain that runs out.
 
-Both start together (each pays ~10 s of imports on two cores) the first time one is used.
+All start together (each pays ~10 s of imports on two cores) the first time one is used.
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def servers():
                                 "--max-queue", "64", "--seed", "0", api_key=API_KEY),
         "small": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8",
                                "--max-batch", "1", "--max-queue", "1", "--drain-seconds", "20"),
+        "short_drain": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--max-batch", "1",
+                                     "--max-queue", "2", "--drain-seconds", "0.2"),
     }
     try:
         for process in started.values():
@@ -123,3 +126,8 @@ def server(servers) -> ServerProcess:
 @pytest.fixture(scope="session")
 def small_server(servers) -> ServerProcess:
     return servers["small"]
+
+
+@pytest.fixture(scope="session")
+def short_drain_server(servers) -> ServerProcess:
+    return servers["short_drain"]

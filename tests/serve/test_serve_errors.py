@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import threading
 import time
 
 import httpx
@@ -139,3 +140,35 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(small_server):
             refused = True
     assert refused
     assert small_server.process.wait(30) == 0
+
+
+def test_sigterm_cancels_what_the_drain_cannot_finish_and_exits_0(short_drain_server):
+    """A drain of 0.2 s against three requests of 250 tokens each (one running, two waiting:
+    over a second of decoding): the server exits 0 soon after, what it could not finish cut."""
+    completed, started = [], threading.Barrier(2)
+
+    def stream(seed: int) -> None:
+        body = {"model": MODEL, "prompt": "red", "max_tokens": 250, "seed": seed, "stream": True}
+        try:
+            with httpx.stream("POST", f"{short_drain_server.url}/v1/completions", json=body, timeout=60) as response:
+                lines = response.iter_lines()
+                if seed == 0:
+                    next(line for line in lines if line.startswith("data: "))
+                    started.wait(10)
+                completed.append(any(line == "data: [DONE]" for line in lines))
+        except httpx.TransportError:  # the connection closed mid-stream
+            completed.append(False)
+
+    threads = [threading.Thread(target=stream, args=(seed,)) for seed in range(3)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)  # the first one first
+    started.wait(10)
+    signalled = time.monotonic()
+    short_drain_server.process.send_signal(signal.SIGTERM)
+    assert short_drain_server.process.wait(30) == 0
+    exited = time.monotonic() - signalled
+    for thread in threads:
+        thread.join(30)
+    assert len(completed) == 3 and not all(completed), "a drain of 0.2 s cannot finish 750 tokens"
+    assert exited < 15
