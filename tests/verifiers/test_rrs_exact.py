@@ -134,3 +134,25 @@ def test_the_n4_recursion_is_refused_by_its_time_not_its_branch_count():
         rrs_without_replacement_acceptance(target, draft, 4)
     assert rrs_acceptance.recursion_seconds(447, 1000, 4) > rrs_acceptance.RECURSION_SECONDS_LIMIT
     assert rrs_acceptance.recursion_seconds(10**6, 10, 10**20) == np.inf  # no float overflow, no loop
+
+
+def test_the_first_bracket_closes_when_the_largest_draft_values_have_bins_of_their_own(monkeypatch):
+    """A float64 row of 3000 distinct values shaped like a language model's (Zipf-like, the
+    draft the target plus noise): 64 bins, half of them the largest draft values one each,
+    and then 512 close the bracket at the exact value without a bin per value (equal runs of
+    values put the top tokens' wide range in one bin and refine to all 3000 values)."""
+    rng = np.random.default_rng(7)
+    vocab_size = 3000
+    target_logits = np.empty(vocab_size)
+    target_logits[rng.permutation(vocab_size)] = -2.5 * np.log(np.arange(1, vocab_size + 1)) + 0.3 * rng.normal(size=vocab_size)
+    draft_logits = target_logits + 0.8 * rng.normal(size=vocab_size)
+    target, draft = (np.exp(logits / 0.7) / np.exp(logits / 0.7).sum() for logits in (target_logits, draft_logits))
+    exact_low, exact_high = three_draft_bounds(target, draft)  # refined as far as needed
+    assert exact_high - exact_low <= 2e-10
+    passes = []
+    bracket = rrs_acceptance._bracket
+    monkeypatch.setattr(rrs_acceptance, "_bracket", lambda *args: passes.append(len(args[3])) or bracket(*args))
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 64)
+    low, high = three_draft_bounds(target, draft)
+    assert passes[0] == 64 and passes[-1] < vocab_size
+    assert high - low <= 2e-10 and 0.5 * (low + high) == pytest.approx(0.5 * (exact_low + exact_high), abs=1e-12)
