@@ -7,7 +7,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL
+from serve_fixtures import API_KEY, MODEL
 from tiny_pair import tiny_pair
 from specbound.api import Speculator
 

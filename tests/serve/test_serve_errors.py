@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import API_KEY, MODEL
+from serve_fixtures import API_KEY, MODEL
 from tiny_pair import CONTEXT
 
 LONG = " ".join(["red"] * CONTEXT)
