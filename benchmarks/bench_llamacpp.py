@@ -36,10 +36,11 @@ from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
 from specbound.engine.llamacpp import LlamaCppLM, llama_cpp_version
+from specbound.engine.planner import Planner
 from specbound.models.loading import gguf_file
 from specbound.models.pair import load_pair
 
-CONTEXT = 4096  # llama.cpp's context for its own runs (every prompt + new tokens fits)
+CONTEXT = 2048  # llama.cpp's context for its own runs (every prompt + new tokens fits)
 
 
 class GreedyDraft:
@@ -76,8 +77,12 @@ def llama_runner(llama, temperature: float, stop_ids):
 
 def engine_runner(decoder, method):
     def run(prompt_ids, seed, max_new_tokens):
+        planned = len(getattr(method, "history", []))
         generation = decoder.generate(prompt_ids, method, max_new_tokens, torch.Generator().manual_seed(seed))
-        return generation.tokens, generation.stats.to_dict()
+        stats = generation.stats.to_dict()
+        if isinstance(method, Planner):  # the plans of this generation, with their predicted tokens/s
+            stats["plans"] = [f"{label} ({speed:.1f})" for _, label, speed in method.history[planned:]]
+        return generation.tokens, stats
 
     return run
 
@@ -107,13 +112,17 @@ def main() -> int:
     draft_path, _ = gguf_file(args.draft, progress=False)
     common = dict(n_ctx=CONTEXT, n_batch=512, n_threads=args.threads, n_threads_batch=args.threads,
                   flash_attn=True, verbose=False)
+    # With a draft model Llama keeps every row's logits, but sizes that buffer by n_batch unless
+    # logits_all is asked for: past 512 tokens its eval fails (llama-cpp-python 0.3.36).
+    speculative = dict(common, logits_all=True)
     runners = {
         "llama.cpp plain": lambda: llama_runner(Llama(str(target_path), **common), args.temperature, stop_ids),
         "llama.cpp draft-4": lambda: llama_runner(
-            Llama(str(target_path), draft_model=GreedyDraft(Llama(str(draft_path), **common)), **common),
+            Llama(str(target_path), draft_model=GreedyDraft(Llama(str(draft_path), **common)), **speculative),
             args.temperature, stop_ids),
         "llama.cpp lookup": lambda: llama_runner(
-            Llama(str(target_path), draft_model=LlamaPromptLookupDecoding(), **common), args.temperature, stop_ids),
+            Llama(str(target_path), draft_model=LlamaPromptLookupDecoding(), **speculative), args.temperature,
+            stop_ids),
         "ours plain (llama.cpp)": lambda: engine_runner(pair.decoder(processing, None), build_method("autoregressive")),
         "ours auto (llama.cpp)": lambda: engine_runner(*pair.auto_decoder(processing)),
         "ours lookup γ=4 (llama.cpp)": lambda: engine_runner(

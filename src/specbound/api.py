@@ -58,6 +58,8 @@ class Speculator:
         if drafter not in ("model", "prompt-lookup"):
             raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
         checked_device(device)  # before any model loads
+        if backend == "auto" and target_precision != "bf16":
+            backend = "torch"  # the weight-only int8/int4 copies are torch's
         self.backend = pair.backend if pair is not None else resolve_backend(
             backend, [target, None if drafter == "prompt-lookup" else draft], device)
         if self.backend == "llama.cpp" and target_precision != "bf16":

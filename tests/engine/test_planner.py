@@ -188,3 +188,20 @@ def test_auto_with_prompt_lookup_is_lossless(target_model, draft_model):
     samples = [tuple(decoder.generate(prompt, planner, 3, generator).tokens) for _ in range(400)]
     assert {label.split()[0] for _, label, _ in planner.history} >= {"lookup"}
     assert chi_square_pvalue(samples, exact_sequence_law(target_model, prompt, processing, 3)) > SIGNIFICANCE
+
+
+def test_a_plan_predicted_barely_faster_than_plain_decoding_is_not_taken():
+    """MIN_GAIN: a best plan (chain γ = 1) predicted 1.05× plain decoding is left for plain
+    decoding (the prediction leaves out the time outside the models); where rows are
+    cheaper a chain predicted well past MIN_GAIN is taken."""
+    from specbound.engine.planner import MIN_GAIN
+
+    free_draft = {None: Costs({1: 1e-6, 2: 1e-6})}
+    close = Planner(Costs({1: 0.010, 2: 0.010 * 1.9 / 1.05}), free_draft)
+    chain = next(candidate for candidate in close.candidates if candidate.label == "chain γ=1")
+    assert 1.0 < close.predict(chain, optimistic=True).tokens_per_second / close.predict(close.candidates[0]).tokens_per_second < MIN_GAIN
+    assert close.best(optimistic=True).candidate.method == "autoregressive"
+    clear = Planner(Costs({1: 0.010, 2: 0.015}), free_draft)
+    best = clear.best(optimistic=True)
+    assert best.candidate.method == "chain"
+    assert best.tokens_per_second > MIN_GAIN * clear.predict(clear.candidates[0]).tokens_per_second

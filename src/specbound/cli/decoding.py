@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 from specbound import arguments
 from specbound.bounds import MAX_LP_VARIABLES
@@ -12,6 +13,12 @@ from specbound.engine.methods import METHODS, Budget, Method, build_method, meth
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
 from specbound.models.quantize import PRECISIONS
+
+
+# Measured (benchmarks/README.md, "llama.cpp backend"): our plain decoding on llama.cpp
+# against on torch bf16, in one interleaved run.
+LLAMA_CPP_PLAIN_SPEEDUP = "about 5×"
+LLAMA_CPP_SPEEDUP_WHERE = "plain decoding of the embedded pair on a 2-core AMD EPYC"
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +136,24 @@ def load_speculator(args):
     """The ``Speculator`` (``specbound.api``) the model options ask for."""
     from specbound.api import Speculator
 
-    return Speculator(args.target, args.draft, DTYPES[args.dtype], args.target_precision, args.draft_precisions,
-                      args.device, progress=not getattr(args, "quiet", False), drafter=args.drafter,
-                      backend=args.backend)
+    speculator = Speculator(args.target, args.draft, DTYPES[args.dtype], args.target_precision,
+                            args.draft_precisions, args.device, progress=not getattr(args, "quiet", False),
+                            drafter=args.drafter, backend=args.backend)
+    missed = missed_fast_backend(args.backend, speculator.backend, [args.target, args.draft], args.device)
+    if missed:
+        print(f"specbound: {missed}", file=sys.stderr)
+    return speculator
+
+
+def missed_fast_backend(asked: str, chosen: str, sources, device: str) -> str | None:
+    """One line for a user whose GGUF models run on torch only because llama-cpp-python is
+    missing: what the llama.cpp backend would give and how to get it (None otherwise)."""
+    from specbound.engine.llamacpp import llama_cpp_available
+    from specbound.models.backends import INSTALL_LLAMA_CPP, is_gguf
+
+    if asked != "auto" or chosen != "torch" or device != "cpu" or llama_cpp_available():
+        return None
+    if not all(is_gguf(source) for source in sources if source is not None):
+        return None
+    return (f"decoding on torch: llama-cpp-python is not installed. On llama.cpp's kernels these GGUF files decode "
+            f"{LLAMA_CPP_PLAIN_SPEEDUP} faster ({LLAMA_CPP_SPEEDUP_WHERE}); install it with {INSTALL_LLAMA_CPP}")

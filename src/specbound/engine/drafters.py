@@ -45,7 +45,8 @@ class ModelDrafter:
 
     ``variant_for_rows(rows)`` names the variant of the draft model (``CausalLM.variants``:
     the same model at another precision) that runs a forward of that many rows — the one
-    measured fastest for it (``engine.planner``); None runs the model itself."""
+    measured fastest for it (``engine.planner``); None runs the model itself. Each row is
+    prefilled when the drafter first drafts for it (``reset``)."""
 
     def __init__(self, lm: CausalLM, processing: Processing, variant_for_rows=None):
         self.lm = lm
@@ -64,12 +65,11 @@ class ModelDrafter:
         return [self.lm]
 
     def reset(self, prompts: list[list[int]], cells: int | None = None) -> None:
-        """Start a batch of sequences: prefill each prompt except its last token (``cells``:
-        the cache entries the batch may need at most, as ``CausalLM.reset`` takes it)."""
+        """Start a batch of sequences (``cells``: the cache entries the batch may need at
+        most, as ``CausalLM.reset`` takes it). A row is prefilled when it is first drafted
+        for, so a batch that never drafts with the model (``auto`` choosing plain decoding
+        or prompt lookup) never runs it."""
         self.lm.reset(len(prompts), cells)
-        for row, prompt in enumerate(prompts):
-            if len(prompt) > 1:
-                self.lm.prefill(row, prompt[:-1])
 
     def draft(self, contexts: list[list[int]], method, depths: list[int], generators: list[torch.Generator]) -> list[DraftTree]:
         """Draft one tree per sequence, at most ``depths[b]`` deep, below the last token of
@@ -82,6 +82,8 @@ class ModelDrafter:
             return trees
         entries = [Entries([], []) for _ in contexts]
         for b in rows:
+            if self.lm.lengths[b] == 0 and len(contexts[b]) > 1:  # first drafted for: its prefill
+                self.lm.prefill(b, contexts[b][:-1])
             pending = contexts[b][self.lm.lengths[b]:]
             entries[b] = Entries.chain(pending)
             self._fed[b] = len(pending)

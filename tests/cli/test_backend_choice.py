@@ -1,0 +1,45 @@
+"""Which backend a command runs on, and the one line a user without llama-cpp-python gets."""
+
+import pytest
+
+from specbound.cli.decoding import missed_fast_backend
+from specbound.models.backends import resolve_backend
+
+
+def test_auto_takes_llama_cpp_for_gguf_models_on_the_cpu(monkeypatch, tmp_path):
+    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: True)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    assert resolve_backend("auto", ["default-target", "default-draft"]) == "llama.cpp"
+    assert resolve_backend("auto", ["default-target", str(tmp_path / "user.gguf")]) == "llama.cpp"
+    assert resolve_backend("auto", ["default-target", str(folder)]) == "torch"  # a Hugging Face folder
+    assert resolve_backend("auto", ["default-target"], device="cuda") == "torch"
+    with pytest.raises(ValueError, match="backend: llama.cpp runs GGUF files"):
+        resolve_backend("llama.cpp", [str(folder)])
+    with pytest.raises(ValueError, match="backend: this llama.cpp build runs on the CPU"):
+        resolve_backend("llama.cpp", ["default-target"], device="cuda")
+
+
+def test_without_llama_cpp_auto_takes_torch_and_says_what_llama_cpp_would_give(monkeypatch):
+    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: False)
+    assert resolve_backend("auto", ["default-target", "default-draft"]) == "torch"
+    with pytest.raises(ValueError, match="pip install"):
+        resolve_backend("llama.cpp", ["default-target"])
+    line = missed_fast_backend("auto", "torch", ["default-target", "default-draft"], "cpu")
+    assert "llama-cpp-python is not installed" in line and "faster" in line and "pip install" in line
+    assert missed_fast_backend("torch", "torch", ["default-target"], "cpu") is None  # asked for torch: nothing to say
+    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: True)
+    assert missed_fast_backend("auto", "torch", ["default-target"], "cpu") is None
+
+
+def test_an_int8_target_is_refused_on_llama_cpp_and_makes_auto_take_torch(no_model_loads, monkeypatch):
+    from specbound.api import Speculator
+
+    with pytest.raises(ValueError, match="target_precision"):
+        Speculator(backend="llama.cpp", target_precision="int8")
+    asked = []
+    monkeypatch.setattr("specbound.models.pair.load_pair", lambda *args, **options: asked.append(options["backend"]) or
+                        (_ for _ in ()).throw(no_model_loads()))
+    with pytest.raises(no_model_loads):
+        Speculator(target_precision="int8")
+    assert asked == ["torch"]
