@@ -8,7 +8,9 @@ units, tables and report sections:
 - ``multistep``: token-wise vs block vs traversal verification on the same drafted steps,
   and the multi-step optimum (SPEC.md §7).
 
-Shared pieces: ``traces`` (a generation and the exact rows along it), ``trace_theory``
+The acceptance and multi-step studies keep their tables and report sections in their own
+modules (``acceptance_report``, ``multistep_report``; the acceptance study's methods in
+``acceptance_methods``). Shared pieces: ``traces`` (a generation and the exact rows along it), ``trace_theory``
 (Yin's cost along one trace), ``runner`` and ``records`` (resumable append-only results),
 ``document`` and ``report`` (the rendered report).
 """
