@@ -483,3 +483,16 @@ def test_cuda_without_a_device_is_refused_before_any_model_loads(monkeypatch):
         with pytest.raises(ValueError, match="device: cuda asked for, but torch sees no CUDA device"):
             refuse()
     assert pair_module.checked_device("cpu") == torch.device("cpu")
+
+
+def test_loading_leaves_the_hub_s_offline_mode_as_the_host_set_it():
+    """Importing the loaders sets nothing for the process; our loads run offline."""
+    import huggingface_hub.constants as hub
+
+    from specbound.models import loading
+
+    before = hub.HF_HUB_OFFLINE
+    with loading.offline():
+        assert hub.HF_HUB_OFFLINE is True
+    assert hub.HF_HUB_OFFLINE == before
+    assert "HF_HUB_OFFLINE" not in __import__("os").environ or before

@@ -151,7 +151,7 @@ class Decoder:
                 "processing's vocab_size to the shared tokenizer size"
             )
 
-    def generate(self, prompt_ids, method: Method, max_new_tokens: int, generator: torch.Generator,
+    def generate(self, prompt_ids, method: Method | Planner, max_new_tokens: int, generator: torch.Generator,
                  record_target_probs: bool = False, record_expected: bool = False,
                  streamer: Streamer | None = None, observer=None) -> Generation:
         """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``
@@ -213,29 +213,31 @@ class Decoder:
             else:
                 trees = [DraftTree.root_only(context[-1]) for context in contexts]
         with stats.timed("target"):
-            entries, pending_counts, outputs = [], [], []
+            # Per row: the tokens committed since the target's last forward (at least the
+            # last one), then the tree below it; the root is the last of those tokens, and
+            # tree node i is the row's entry roots[row] + i.
+            entries, roots = [], []
             for row, (context, tree) in enumerate(zip(contexts, trees)):
                 pending = context[self.target.lengths[row]:]
                 root = len(pending) - 1
                 entries.append(Entries(pending + tree.tokens[1:],
                                        [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
-                pending_counts.append(len(pending))
-                outputs.append(range(root, root + len(tree)))  # the root and every tree node: all may be read
+                roots.append(root)
+            outputs = [range(root, root + len(tree)) for root, tree in zip(roots, trees)]  # every node may be read
             scores = self.target.score(entries, outputs=outputs)
             if len(active) > 1 or self.batch_heads:  # one head call for the rows every walk starts with
-                roots = [(row, count - 1) for row, count in enumerate(pending_counts)]
-                nodes = [(row, count - 1 + node) for row, (count, tree) in enumerate(zip(pending_counts, trees))
+                nodes = [(row, root + node) for row, (root, tree) in enumerate(zip(roots, trees))
                          for node in range(len(tree))] if self.batch_heads else []
-                scores.prefetch(roots + nodes)
+                scores.prefetch([(row, root) for row, root in enumerate(roots)] + nodes)
         if observer is not None:
             for row, (tree, sequence) in enumerate(zip(trees, active)):
                 if len(tree) > 1:
-                    observer(sequence.index, tree, self._node_rows(scores, row, tree, pending_counts[row] - 1, stats))
-        outcomes = [self._verify(scores, row, tree, pending_counts[row] - 1, method, sequence, stats, record_expected)
+                    observer(sequence.index, tree, self._node_rows(scores, row, tree, roots[row], stats))
+        outcomes = [self._verify(scores, row, tree, roots[row], method, sequence, stats, record_expected)
                     for row, (tree, sequence) in enumerate(zip(trees, active))]
-        with stats.timed("target"):
-            self.target.commit([list(range(count - 1)) + [count - 1] + [count - 1 + node for node in outcome.path]
-                                for count, outcome in zip(pending_counts, outcomes)])
+        with stats.timed("target"):  # keep the committed tokens, the root and the accepted path
+            self.target.commit([list(range(root + 1)) + [root + node for node in outcome.path]
+                                for root, outcome in zip(roots, outcomes)])
         if max(depths) > 0:
             with stats.timed("draft"):
                 self.drafter.commit(trees, [outcome.path for outcome in outcomes])
@@ -293,7 +295,7 @@ class Decoder:
         every node's target row; it draws ``num_uniforms`` float64 uniforms."""
         target_rows = self._node_rows(scores, row, tree, root_entry, stats)
         with stats.timed("verify"):
-            drafted = self._drafted(tree, target_rows, method)
+            drafted = tree.drafted(target_rows)
             verifier = method.tree_verifier
             if record_expected:
                 sequence.stats.expected_lengths.append(float(verifier.expected_accepted(drafted)))
@@ -312,12 +314,8 @@ class Decoder:
     def _expected_tokenwise(self, scores, row, tree, root_entry, method, stats) -> float:
         """Exact E[accepted drafts | this tree] of top-down verification with the method's
         verifier at each depth (``verifiers.tree.tokenwise_expected_accepted``)."""
-        return tokenwise_expected_accepted(self._drafted(tree, self._node_rows(scores, row, tree, root_entry, stats),
-                                                         method), method.verifier_at)
-
-    @staticmethod
-    def _drafted(tree: DraftTree, target_rows: torch.Tensor, method: Method):
-        return tree.drafted(target_rows)
+        return tokenwise_expected_accepted(tree.drafted(self._node_rows(scores, row, tree, root_entry, stats)),
+                                           method.verifier_at)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _emit(self, sequence: Sequence, outcome: StepOutcome, record_target_probs: bool) -> list[int]:

