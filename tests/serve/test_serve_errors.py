@@ -98,7 +98,9 @@ def test_a_missing_or_wrong_key_is_refused(server, headers):
 
 def test_a_full_queue_answers_429_with_retry_after(small_server):
     """One running, one waiting: of 8 requests sent at once (each 200 tokens, about a second
-    of decoding), the others are refused at once, each with a clean error."""
+    of decoding), the others are refused at once, each with a clean error. Whether the queue's
+    one place is free again for a second request depends on whether the loop has moved the
+    first into its batch before the rest arrive, so one or two are answered."""
     async def run():
         async with httpx.AsyncClient(base_url=small_server.url, timeout=60) as http:
             body = {"model": MODEL, "prompt": "cat", "max_tokens": 200}
@@ -107,7 +109,7 @@ def test_a_full_queue_answers_429_with_retry_after(small_server):
 
     responses = asyncio.run(run())
     statuses = sorted(response.status_code for response in responses)
-    assert statuses.count(200) >= 2 and statuses.count(429) >= 1 and set(statuses) == {200, 429}
+    assert 1 <= statuses.count(200) <= 2 and statuses.count(429) >= 6 and set(statuses) == {200, 429}
     for response in responses:
         if response.status_code == 429:
             assert int(response.headers["Retry-After"]) >= 1
