@@ -217,8 +217,9 @@ class LlamaScores:
 
 class LlamaCppLM:
     """One llama.cpp context of ``model`` with the batched interface of ``engine.lm.CausalLM``
-    (module docstring). ``context_cells``: KV cells shared by every row and branch (at most
-    the model's training context times the rows it is reset for; grown on ``reset``).
+    (module docstring). ``context_cells``: KV cells shared by every row and branch, rounded
+    up to llama.cpp's step of 256; a larger context is made when ``reset`` or ``add_row`` is
+    told the batch needs more.
     ``forward_calls`` and ``model_seconds`` count as ``CausalLM``'s do."""
 
     device = torch.device("cpu")
@@ -286,7 +287,7 @@ class LlamaCppLM:
     def prefill(self, row: int, token_ids, last_only: bool = True, last: int | None = None) -> torch.Tensor:
         """Commit ``token_ids`` as the whole prefix of the empty row ``row``; return the
         next-token logits of the last token (all tokens with ``last_only=False``, the last
-        ``last`` when given). # -> [1, n or last, vocab] float32"""
+        ``last`` when given).  # -> [1 | n | last, vocab] float32"""
         state = self._rows[row]
         if state.committed or state.pending:
             raise ValueError(f"prefill: row {row} is not empty")
