@@ -14,6 +14,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from gguf_fixtures import write_gguf
 from specbound.models import gguf as gguf_assets
 from specbound.models import loading as models
 from specbound.models.gguf import (
@@ -196,22 +197,6 @@ TINY_TOKENS = ["a", "b", "c", "d", "e", "f", "g", "h", "Ġ", "ab", "cd", "Ġa"]
 TINY_TOKENS += ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[PAD]"]
 TINY_TOKEN_TYPES = [1] * 12 + [3] * 3 + [5]  # normal, control, unused (llama.cpp's codes)
 TINY_MERGES = ["a b", "c d", "Ġ a"]
-GGUF_LAYER_TENSORS = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
 def _tiny_qwen2(seed: int) -> Qwen2ForCausalLM:
     torch.manual_seed(seed)
     config = Qwen2Config(
@@ -231,41 +216,17 @@ def _tiny_qwen2(seed: int) -> Qwen2ForCausalLM:
 
 def _write_tiny_gguf(path, model: Qwen2ForCausalLM, tokens: list[str] = TINY_TOKENS) -> None:
     """Write ``model`` (float32 tensors) and a tiny tokenizer as a qwen2 GGUF, as llama.cpp names them."""
-    import gguf
 
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    writer.add_name("tiny-qwen2")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(TINY_TOKEN_TYPES)
-    writer.add_token_merges(TINY_MERGES)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    names = {
-        "model.embed_tokens.weight": "token_embd.weight",
-        "model.norm.weight": "output_norm.weight",
-        "lm_head.weight": "output.weight",
-    }
-    for layer in range(config.num_hidden_layers):
-        for hf_name, gguf_name in GGUF_LAYER_TENSORS.items():
-            names[f"model.layers.{layer}.{hf_name}"] = f"blk.{layer}.{gguf_name}"
-    state = model.state_dict()
-    for hf_name, gguf_name in names.items():
-        writer.add_tensor(gguf_name, state[hf_name].float().numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    def tokenizer(writer) -> None:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("qwen2")
+        writer.add_token_list(tokens)
+        writer.add_token_types(TINY_TOKEN_TYPES)
+        writer.add_token_merges(TINY_MERGES)
+        writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+        writer.add_eos_token_id(tokens.index("<|im_end|>"))
+
+    write_gguf(model, path, tokenizer)
 
 
 @pytest.fixture
