@@ -28,7 +28,8 @@ from test_engine_lossless import LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROM
 # cell moves its logits by 0.05 or more: rows that must be the same row agree to ROUNDING.
 ROUNDING = 1e-3
 
-llamacpp = pytest.importorskip("specbound.engine.llamacpp")
+from specbound.engine import llamacpp  # noqa: E402
+
 if not llamacpp.llama_cpp_available():
     pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
 

@@ -57,13 +57,14 @@ from specbound.verifiers.tree import tokenwise_expected_accepted
 class Drafter(Protocol):
     """Builds each step's draft trees. Its ``language_models`` (the models it runs: their
     forward calls and seconds are counted) hold one row per sequence of the batch, in batch
-    order, each prefilled with its prompt but the last token, as ``reset`` leaves them: a
-    sequence joining a running batch is given such a row in each (``Batch``)."""
+    order; a row may stay empty until the drafter first drafts for it (``ModelDrafter``
+    prefills it then), so a sequence joining a running batch is given an empty row in each
+    (``Batch``)."""
 
     vocab_size: int
     language_models: list
 
-    def reset(self, prompts: list[list[int]]) -> None: ...
+    def reset(self, prompts: list[list[int]], cells: int | None = None) -> None: ...
 
     def draft(self, contexts: list[list[int]], method: Method, depths: list[int],
               generators: list[torch.Generator]) -> list[DraftTree]: ...
@@ -464,10 +465,11 @@ class Batch:
                     drafter.reset([sequence.prompt for sequence in joining], cells)
             else:
                 for sequence in joining:
-                    for lm in [target] + (drafter.language_models if self._drafts else []):
-                        row = lm.add_row(sequence.cells(self.method))
-                        if len(sequence.prompt) > 1:
-                            lm.prefill(row, sequence.prompt[:-1])
+                    row = target.add_row(sequence.cells(self.method))
+                    if len(sequence.prompt) > 1:
+                        target.prefill(row, sequence.prompt[:-1])
+                    for lm in drafter.language_models if self._drafts else []:
+                        lm.add_row(sequence.cells(self.method))  # prefilled when first drafted for
         self.active += joining
 
     def _keep(self, rows: list[int]) -> None:

@@ -223,8 +223,6 @@ class LlamaCppLM:
     ``forward_calls`` and ``model_seconds`` count as ``CausalLM``'s do."""
 
     device = torch.device("cpu")
-    dtype = torch.float32
-    variants: dict = {}
 
     def __init__(self, model: LlamaCppModel, context_cells: int = DEFAULT_CONTEXT, batch_tokens: int = BATCH_TOKENS):
         self.model = model

@@ -199,16 +199,12 @@ def load_pair(
         draft=None if draft_loaded is None else draft_loaded.model,
         vocab_size=vocab_size,
         eos_token_ids=eos_token_ids,
-        encode=functools.partial(encode_prompt, tokenizer),
-        decode=tokenizer.decode,
-        tokenize=lambda text: tokenizer(text)["input_ids"],
+        **_text_functions(tokenizer),
         description={
             "target": target,
             "draft": draft,
             "dtype": str(dtype).removeprefix("torch."),
-            "vocab_size": vocab_size,
-            "eos_token_ids": list(eos_token_ids),
-            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text",
+            **_vocabulary_description(tokenizer, vocab_size, eos_token_ids),
             "float32_twins": bool(float32_twins),
         },
         target_twin=float32_twin(target_loaded.model) if float32_twins else None,
@@ -217,11 +213,23 @@ def load_pair(
 
 
 
+def _text_functions(tokenizer) -> dict:
+    """A pair's encode (a chat turn), decode and plain tokenize, from its tokenizer."""
+    return {"encode": functools.partial(encode_prompt, tokenizer), "decode": tokenizer.decode,
+            "tokenize": lambda text: tokenizer(text)["input_ids"]}
+
+
+def _vocabulary_description(tokenizer, vocab_size: int, eos_token_ids) -> dict:
+    return {"vocab_size": vocab_size, "eos_token_ids": list(eos_token_ids),
+            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text"}
+
+
 def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, threads: int | None = None) -> ModelPair:
     """The pair as GGUF files on llama.cpp (``engine.llamacpp``): each file loaded as it is
     (memory-mapped), the tokenizer transformers reads from the target's file (the same token
     ids as the torch backend), the EOS ids of the tokenizer and of the file's metadata (those
-    the torch backend's conversion puts in its generation config). ``threads``: CPU threads per forward (default all cores)."""
+    the torch backend's conversion puts in its generation config). ``threads``: CPU threads
+    per forward (default all cores)."""
     from specbound.engine.llamacpp import LlamaCppModel
     from specbound.models.loading import gguf_eos_token_ids, gguf_file, load_gguf_tokenizer
 
@@ -246,18 +254,14 @@ def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, th
         draft=draft_model,
         vocab_size=vocab_size,
         eos_token_ids=eos_token_ids,
-        encode=functools.partial(encode_prompt, tokenizer),
-        decode=tokenizer.decode,
-        tokenize=lambda text: tokenizer(text)["input_ids"],
+        **_text_functions(tokenizer),
         description={
             "target": target,
             "draft": draft,
             "backend": "llama.cpp",
             "target_file": f"{target_path.name}: {target_model.description}",
             "draft_file": None if draft_model is None else f"{draft_path.name}: {draft_model.description}",
-            "vocab_size": vocab_size,
-            "eos_token_ids": list(eos_token_ids),
-            "prompt_format": "chat template, one user turn" if tokenizer.chat_template else "raw text",
+            **_vocabulary_description(tokenizer, vocab_size, eos_token_ids),
             "threads": target_model.threads,
         },
         backend="llama.cpp",
