@@ -135,35 +135,44 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts, limit=args.limit)
     encoded = [pair.encode(prompt.text) for prompt in prompts]
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if output.exists():
-        done = {(r["prompt_id"], r["method"]) for r in map(json.loads, output.open())}
-    for label, runner in runners.items():  # warm-up, not recorded (the auto planner's warm-up is its own)
-        if label != "ours auto":
-            runner(encoded[0][:32], args.seed, 3)
     machine = lscpu()
     settings = {"device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
                 "threads": args.threads, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                 "prompts": args.prompts, "target_precision": args.target_precision, "cpu_model": machine["model"],
                 "cpu_flags": machine["flags"], "torch": torch.__version__}
+    output = Path(args.output)
+    run_interleaved(prompts, encoded, runners, output, settings, args.seed, args.max_new_tokens,
+                    extra=lambda label: {"plan": planner.describe()} if label == "ours auto" else {})
+    report(output, list(runners))
+    return 0
+
+
+def run_interleaved(prompts, encoded, runners: dict, output: Path, settings: dict, seed: int, max_new_tokens: int,
+                    extra=lambda label: {}) -> None:
+    """Every runner on every prompt, prompt by prompt (so that load drift hits all alike),
+    each (prompt, runner) appended to ``output`` as one JSON line as soon as it finishes with
+    ``settings`` and ``extra(label)``; what ``output`` already holds is skipped. Each runner
+    is first warmed up on a short prompt, not recorded — but a planner (a label with "auto"),
+    whose warm-up is its own learning."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if output.exists():
+        done = {(record["prompt_id"], record["method"]) for record in map(json.loads, output.open())}
+    for label, runner in runners.items():
+        if "auto" not in label:
+            runner(encoded[0][:32], seed, 3)
     jobs = [(index, label) for index in range(len(prompts)) for label in runners]
     with output.open("a") as results:
         for index, label in tqdm(jobs, desc="bench", file=sys.stderr):
             if (prompts[index].id, label) in done:
                 continue
             started = time.perf_counter()
-            tokens, stats = runners[label](encoded[index], args.seed + index, args.max_new_tokens)
+            tokens, stats = runners[label](encoded[index], seed + index, max_new_tokens)
             seconds = time.perf_counter() - started
-            record = {"prompt_id": prompts[index].id, "method": label, "new_tokens": len(tokens),
-                      "seconds": seconds, "stats": stats, **settings}
-            if label == "ours auto":
-                record["plan"] = planner.describe()
+            record = {"prompt_id": prompts[index].id, "method": label, "prompt_tokens": len(encoded[index]),
+                      "new_tokens": len(tokens), "seconds": seconds, "stats": stats, **settings, **extra(label)}
             results.write(json.dumps(record) + "\n")
             results.flush()
-    report(output, list(runners))
-    return 0
 
 
 def report(path: Path, labels: list[str]) -> None:

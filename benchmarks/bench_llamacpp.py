@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
+from bench_engine import run_interleaved
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
@@ -141,30 +140,12 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts, limit=args.limit)
     encoded = [pair.encode(prompt.text) for prompt in prompts]
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if output.exists():
-        done = {(record["prompt_id"], record["method"]) for record in map(json.loads, output.open())}
-    for label, runner in runners.items():  # first forwards are slow: warm up, not recorded
-        if "auto" not in label:
-            runner(encoded[0][:32], args.seed, 3)
     machine = lscpu()
     settings = {"threads": args.threads, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                 "prompts": args.prompts, "cpu_model": machine["model"], "cpu_flags": machine["flags"],
                 "llama_cpp_python": llama_cpp_version(), "torch": torch.__version__}
-    jobs = [(index, label) for index in range(len(prompts)) for label in runners]
-    with output.open("a") as results:
-        for index, label in tqdm(jobs, desc="bench", file=sys.stderr):
-            if (prompts[index].id, label) in done:
-                continue
-            started = time.perf_counter()
-            tokens, stats = runners[label](encoded[index], args.seed + index, args.max_new_tokens)
-            seconds = time.perf_counter() - started
-            record = {"prompt_id": prompts[index].id, "method": label, "prompt_tokens": len(encoded[index]),
-                      "new_tokens": len(tokens), "seconds": seconds, "stats": stats, **settings}
-            results.write(json.dumps(record) + "\n")
-            results.flush()
+    output = Path(args.output)
+    run_interleaved(prompts, encoded, runners, output, settings, args.seed, args.max_new_tokens)
     report(output)
     return 0
 
