@@ -125,10 +125,6 @@ def load_gguf_tokenizer(path: Path, sha256: str, cache_dir=None, progress: bool 
     backend's conversion saves, so both backends give the same token ids — built once and
     kept under ``<cache>/tokenizers/<sha256>/`` (written under a temporary name, then renamed)."""
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    converted = cache_root / "converted"
-    for earlier in sorted(converted.glob(f"{sha256}-*")) if converted.is_dir() else []:
-        if (earlier / "tokenizer_config.json").is_file():
-            return AutoTokenizer.from_pretrained(earlier, local_files_only=True)
     destination = cache_root / "tokenizers" / sha256
     if not (destination / "tokenizer_config.json").is_file():
         _announce(f"reading the tokenizer of {path.name} (once)", progress)
