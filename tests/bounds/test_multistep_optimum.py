@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from specbound.bounds import multistep
 from specbound.verifiers import get_verifier
-from specbound.verifiers.tree import TreeDrafter, tokenwise_expected_accepted
+from specbound.verifiers.enumeration import TreeDrafter
+from specbound.verifiers.tree import tokenwise_expected_accepted
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, probability_rows, random_model,
 )

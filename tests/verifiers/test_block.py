@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from specbound.probability import ZeroResidualError
 from specbound.verifiers import DraftedTree, get_verifier
 from specbound.verifiers.block import block_terms
-from specbound.verifiers.tree import TreeDrafter, emit_from, tokenwise_expected_accepted
+from specbound.verifiers.enumeration import TreeDrafter
+from specbound.verifiers.tree import emit_from, tokenwise_expected_accepted
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specbound.verifiers import DraftedTree, get_verifier
-from specbound.verifiers.tree import TreeDrafter, tokenwise_expected_accepted
+from specbound.verifiers.enumeration import TreeDrafter
+from specbound.verifiers.tree import tokenwise_expected_accepted
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, constant_model, lossless_error, random_model,
 )

@@ -11,7 +11,8 @@ from scipy import stats
 
 from specbound.experiments.bounds import lossless_verifiers
 from specbound.verifiers import VERIFIERS, DraftedTree, get_verifier
-from specbound.verifiers.tree import TreeDrafter, drafted_tree, tokenwise_expected_accepted, tokenwise_outcome_law
+from specbound.verifiers.enumeration import TreeDrafter
+from specbound.verifiers.tree import drafted_tree, tokenwise_expected_accepted, tokenwise_outcome_law
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )

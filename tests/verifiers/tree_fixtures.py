@@ -16,7 +16,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from specbound.verifiers import get_verifier
-from specbound.verifiers.tree import DraftedTree, SequenceLaws, TreeDrafter
+from specbound.verifiers.enumeration import SequenceLaws, TreeDrafter
+from specbound.verifiers.tree import DraftedTree
 
 # derandomised whatever the profile: the same examples on every run
 DERANDOMIZED = settings(derandomize=True, database=None, max_examples=30, deadline=None)

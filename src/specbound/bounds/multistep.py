@@ -4,7 +4,7 @@ verifier can keep, as linear programs on enumerated laws, and the closed form fo
 p = target, q = draft (SPEC.md §0). D is the law of the drafted tree (its draws at every
 node, SPEC.md §6), P the target's law of token sequences. For a tree t and target tokens y,
 L(t, y) is the length of the longest prefix of y that is a root path of t. The inputs are
-plain arrays: the caller enumerates trees and sequences (``specbound.verifiers.tree.
+plain arrays: the caller enumerates trees and sequences (``specbound.verifiers.enumeration.
 TreeDrafter`` for small vocabularies and depths).
 
 The ladder, each rung at most the next on the same drafted trees, by the information it uses:

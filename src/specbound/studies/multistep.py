@@ -19,7 +19,7 @@ also records the realised tokens per target call. The verifiers are compared **p
 the same drafted steps, so their difference has far less noise than two separate runs.
 
 The multi-step optimum (SPEC.md §7.4) needs the law of the drafted tree and the target's law
-of sequences, enumerated (``verifiers.tree.TreeDrafter``): only for small vocabularies and
+of sequences, enumerated (``verifiers.enumeration.TreeDrafter``): only for small vocabularies and
 trees. When the pair's vocabulary and the configuration keep the LP within ``optimum_limit``
 entries per step, every step's prefix gets the ladder, each rung exact **over the drafts**
 (the expectation over the drafted tree at that prefix, computed from full forwards of both
@@ -54,7 +54,8 @@ from specbound.studies.multistep_report import ladder_table, multistep_report, m
 from specbound.studies.records import StudyResults
 from specbound.studies.traces import Trace, checked_generation_settings, generation_summary
 from specbound.verifiers import get_verifier
-from specbound.verifiers.tree import TreeDrafter, tokenwise_expected_accepted
+from specbound.verifiers.enumeration import TreeDrafter
+from specbound.verifiers.tree import tokenwise_expected_accepted
 
 DEFAULT_OPTIMUM_LIMIT = 1_000_000  # LP entries per step: chains γ ≤ 3 and trees n×1 on a 6-token vocabulary
 DECIDERS = ("multistep", "tokenwise")

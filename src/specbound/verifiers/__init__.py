@@ -5,7 +5,9 @@ registered name to its class: single, rrs, rrs_without_replacement (``rrs``), ks
 (``kseq``), greedy and spechub (``greedy``), optimal (``optimal``), decoding_opt and
 decoding_uno (``biased``, with the Pareto front of [YIN] §4); then block and traversal
 (``block``, ``traversal``), which decide on a whole drafted tree (``tree``: ``DraftedTree``,
-``TreeVerifier``, ``per_node = False``; SPEC.md §7).
+``TreeVerifier``, ``per_node = False``; SPEC.md §7). ``enumeration`` holds the exact laws of
+a drafted step for small vocabularies (``TreeDrafter``, ``SequenceLaws``) and, on them, the
+multi-step optimum the tree verifiers are compared with (SPEC.md §7.4); it is not imported here.
 """
 
 from specbound.verifiers import rrs, kseq, greedy, optimal, biased  # noqa: F401, I001  (registration, in this order)
