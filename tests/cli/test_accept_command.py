@@ -91,6 +91,19 @@ def test_the_lp_verifier_beyond_its_time_limit_is_not_applicable(capsys):
     assert "optimal: not applicable — draft_tuples: the coupling LP" in out and "above the limit of 10 s" in out
 
 
+def test_the_lp_verifier_beyond_its_size_limit_says_what_limit_and_what_fits(capsys):
+    """A 1,000-token pair at n = 2 used to say "enumerating 1000^2 draft tuples exceeds 1,000"
+    (the tuples allowed for this V, a number no option sets); now the LP's own limit, stated
+    as ``generate`` states it before a model loads, and what would fit."""
+    uniform = ",".join(["0.001"] * 1000)
+    assert main(["accept", "--target", uniform, "--draft", uniform, "-n", "2"]) == 0
+    note = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("optimal: "))
+    assert "linear program over every tuple of n = 2 drafts and every token of the vocabulary" in note
+    assert "(tuples × V variables, at most 1,000,000)" in note and "exceeds" not in note
+    assert "1,000^2 tuples" in note and "V = 1,000 tokens ≈ 1e9 variables" in note
+    assert "use n ≤ 1, or at n = 2 a draft of at most 31 tokens of positive probability" in note
+
+
 def test_a_bracket_midpoint_is_reported_with_its_bracket(monkeypatch, capsys):
     """Past the n = 3 work limit, RRS without replacement is the midpoint of a certified
     bracket, and the note says so (here the limit is made small for a 3,000-token row)."""

@@ -76,6 +76,19 @@ def test_greedy_breaks_ties_towards_the_lower_token():
     assert torch_top[0, :2].tolist() == [1, 2]
 
 
+def test_a_joint_law_beyond_its_tuple_limit_is_refused_saying_the_limit_and_what_fits():
+    """support^n tuples above MAX_ENUMERATED_TUPLES, refused before enumerating, in words:
+    how many tuples, the limit, and the n or the support that fits."""
+    draft = np.full(4, 0.25)
+    get_draft_scheme("with_replacement").joint_law(draft, 10)  # 4^10 = 1,048,576 tuples: listed
+    with pytest.raises(ValueError, match="lists every tuple") as refusal:
+        get_draft_scheme("with_replacement").joint_law(draft, 12)
+    message = str(refusal.value)
+    assert "4^12 ≈ 1.7e7 tuples of the draft's 4 tokens of positive probability" in message
+    assert "above the limit of 2,000,000 tuples" in message
+    assert "use n ≤ 10, or at n = 12 a draft of at most 3 tokens of positive probability" in message
+
+
 def test_bad_scheme_input_raises():
     with pytest.raises(ValueError, match="unknown draft scheme"):
         get_draft_scheme("beam")

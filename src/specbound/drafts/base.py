@@ -16,13 +16,14 @@ up here.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 import numpy as np
 import torch
 
 from specbound.bounds import MAX_LP_VARIABLES, OptimalAcceptance, bruteforce_optimum, optimal_coupling, prefix_scan_optimum
-from specbound.checks import positive_int
+from specbound.checks import WorkLimitError, positive_int
 from specbound.probability import as_distributions, as_target_and_draft, support_size
 
 MAX_ENUMERATED_TUPLES = 2_000_000
@@ -88,20 +89,23 @@ class DraftScheme:
         return self._sample_torch(draft_probs, num_drafts, generator)
 
     # -- the exact joint law and the optimum --------------------------------------------
-    def joint_law(self, draft_probs, num_drafts: int, max_tuples: int = MAX_ENUMERATED_TUPLES):
+    def joint_law(self, draft_probs, num_drafts: int, lp_vocab_size: int | None = None):
         """Exact law of the draft tuple of one row: (tuples [K, n], probabilities [K]).
 
-        Refuses, before enumerating, when support^n exceeds ``max_tuples``."""
+        Refuses (``checks.WorkLimitError``), before enumerating, when the support^n tuples
+        (support: the draft's tokens of positive probability) are more than
+        ``MAX_ENUMERATED_TUPLES``, or, when the law feeds the coupling LP against
+        ``lp_vocab_size`` = V target tokens (``bounds.coupling``: tuples × V variables), when
+        the LP would have more than ``MAX_LP_VARIABLES`` variables."""
         draft = as_distributions("draft_probs", draft_probs)
         if draft.shape[0] != 1:
             raise ValueError(f"draft_probs: joint_law takes one row, got {draft.shape[0]}")
         self.check_num_drafts(num_drafts, draft)
         support = int(support_size(draft)[0])
-        if support**num_drafts > max_tuples:
-            raise ValueError(
-                f"num_drafts: enumerating {support}^{num_drafts} draft tuples exceeds "
-                f"{max_tuples:,}; joint_law is for small vocabularies"
-            )
+        if lp_vocab_size is None:
+            _within_tuple_limit(support, num_drafts)
+        else:
+            _within_lp_limit(support, num_drafts, lp_vocab_size)
         return self._enumerate(draft[0], num_drafts)
 
     def optimum(self, target_probs, draft_probs, num_drafts: int) -> OptimalAcceptance:
@@ -116,9 +120,7 @@ class DraftScheme:
         target, draft = self._checked(target_probs, draft_probs, num_drafts)
         acceptance = []
         for target_row, draft_row in zip(target, draft):
-            tuples, tuple_probs = self.joint_law(
-                draft_row, num_drafts, max_tuples=MAX_LP_VARIABLES // target.shape[1]
-            )
+            tuples, tuple_probs = self.joint_law(draft_row, num_drafts, lp_vocab_size=target.shape[1])
             acceptance.append(optimal_coupling(target_row, tuples, tuple_probs)[1])
         return np.array(acceptance)
 
@@ -185,3 +187,68 @@ def get_draft_scheme(name: str) -> DraftScheme:
         raise ValueError(
             f"scheme: unknown draft scheme {name!r}; choose one of {sorted(DRAFT_SCHEMES)}"
         ) from None
+
+
+# -- how many tuples an exact law may list ------------------------------------------------
+def _within_tuple_limit(support: int, num_drafts: int) -> None:
+    """Refuse an exact joint law of more than MAX_ENUMERATED_TUPLES tuples (support^n)."""
+    if _fits(support, num_drafts, 1, MAX_ENUMERATED_TUPLES):
+        return
+    raise WorkLimitError(
+        f"num_drafts: the exact law of n = {num_drafts:,} drafts lists every tuple of them, "
+        f"{support:,}^{num_drafts:,} {_power(support, num_drafts, 1)} tuples of the draft's {_tokens(support)} "
+        f"of positive probability, above the limit of {MAX_ENUMERATED_TUPLES:,} tuples; it is for "
+        f"small vocabularies: {_what_fits(support, num_drafts, 1, MAX_ENUMERATED_TUPLES)}")
+
+
+def _within_lp_limit(support: int, num_drafts: int, vocab_size: int) -> None:
+    """Refuse a coupling LP of more than MAX_LP_VARIABLES variables (support^n tuples × V),
+    the limit stated as ``cli.decoding.check_enumeration`` states it before a model loads."""
+    if _fits(support, num_drafts, vocab_size, MAX_LP_VARIABLES):
+        return
+    raise WorkLimitError(
+        f"num_drafts: the optimal verifier (and α* by LP) solves a linear program over every tuple of "
+        f"n = {num_drafts:,} drafts and every token of the vocabulary (tuples × V variables, at most "
+        f"{MAX_LP_VARIABLES:,}); {support:,}^{num_drafts:,} tuples of the draft's {_tokens(support)} of positive "
+        f"probability × V = {vocab_size:,} tokens {_power(support, num_drafts, vocab_size)} variables: "
+        f"{_what_fits(support, num_drafts, vocab_size, MAX_LP_VARIABLES, 'another verifier')}")
+
+
+def _fits(support: int, num_drafts: int, factor: int, limit: int) -> bool:
+    """support^n × factor ≤ limit, exactly, without computing a huge power."""
+    if support > 1 and num_drafts * math.log10(support) > math.log10(limit):
+        return False
+    return support**num_drafts * factor <= limit
+
+
+def _what_fits(support: int, num_drafts: int, factor: int, limit: int, otherwise: str = "") -> str:
+    """What brings support^n × factor within the limit: fewer drafts, or a draft with fewer
+    tokens of positive probability (a lower --top-k); and ``otherwise``."""
+    if factor > limit:
+        return f"V = {factor:,} alone is above the limit" + (f"; use {otherwise}" if otherwise else "")
+    options = []
+    most_drafts = int(math.log(limit / factor) / math.log(support)) + 1  # support ≥ 2 here, or it fits
+    while most_drafts and not _fits(support, most_drafts, factor, limit):
+        most_drafts -= 1
+    if most_drafts:
+        options.append(f"n ≤ {most_drafts:,}")
+    most_tokens = int((limit / factor) ** (1 / num_drafts)) + 1
+    while most_tokens > 1 and not _fits(most_tokens, num_drafts, factor, limit):
+        most_tokens -= 1
+    if most_tokens > 1:
+        options.append(f"at n = {num_drafts:,} a draft of at most {most_tokens:,} tokens of positive probability")
+    options += [otherwise] if otherwise else []
+    return "use " + ", or ".join(options)
+
+
+def _tokens(count: int) -> str:
+    return f"{count:,} token" + "s" * (count != 1)
+
+
+def _power(support: int, num_drafts: int, factor: int) -> str:
+    """support^n × factor: exactly below 10^7 (= 1,048,576), else in two figures (≈ 2.8e41)."""
+    log10 = num_drafts * math.log10(support) + math.log10(factor)
+    if log10 < 7:
+        return f"= {support**num_drafts * factor:,}"
+    exponent = math.floor(log10)
+    return f"≈ {10 ** (log10 - exponent):.2g}e{exponent}"

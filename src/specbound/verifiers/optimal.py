@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling
+from specbound.bounds import optimal_coupling
 from specbound.drafts import get_draft_scheme
 from specbound.probability import sample_from
 from specbound.verifiers.base import Verifier, register_verifier
@@ -21,9 +21,8 @@ from specbound.verifiers.base import Verifier, register_verifier
 @functools.lru_cache(maxsize=256)
 def _solved_coupling(target_bytes: bytes, draft_bytes: bytes, num_drafts: int, scheme: str):
     target_row = np.frombuffer(target_bytes)
-    tuples, tuple_probs = get_draft_scheme(scheme).joint_law(
-        np.frombuffer(draft_bytes), num_drafts, max_tuples=MAX_LP_VARIABLES // len(target_row)
-    )
+    tuples, tuple_probs = get_draft_scheme(scheme).joint_law(np.frombuffer(draft_bytes), num_drafts,
+                                                             lp_vocab_size=len(target_row))
     coupling, acceptance = optimal_coupling(target_row, tuples, tuple_probs)
     index = {tuple(row): k for k, row in enumerate(tuples.tolist())}
     return index, _conditionals(coupling, target_row), acceptance
