@@ -12,17 +12,27 @@ forward costs once (kept in the cache) and keeps the planner's acceptance estima
 calls; ``method="auto"`` (the default) lets the planner choose the method step by step, any
 name of ``specbound.engine.METHODS`` with its options fixes it. Decoding is lossless: the
 text has the target model's law under the sampling settings.
+
+A prompt and ``max_new_tokens`` that do not fit the models' context are refused before any
+forward. A long prompt is prefilled in chunks (``engine.lm``); with ``progress`` its
+predicted seconds (from this machine's measured forward costs, when they are known) and a
+progress bar per model go to standard error.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from specbound.checks import finite_number, positive_int, unicode_text
 from specbound.engine import Processing, RunStats, build_method
+from specbound.engine.lm import PREFILL_CHUNK
 from specbound.engine.planner import Planner
+from specbound.models.quantize import AS_LOADED, PRECISIONS
 
 
 @dataclass
@@ -41,28 +51,40 @@ class Speculator:
     (``draft=None``: the target alone, for ``autoregressive`` or prompt lookup);
     ``drafter``: "model" (the draft model) or "prompt-lookup" (n-grams of the prompt and the
     text so far; no draft model is loaded); ``dtype``: the models' floating dtype;
-    ``target_precision``: "bf16" (as loaded) or a weight-only "int8"/"int4" target — never
-    changed unless asked; ``draft_precisions``: the draft variants the planner may use,
-    forward by forward; ``device``: "cpu" or "cuda"; ``backend``: "llama.cpp" (GGUF files on
-    llama.cpp's kernels, as they are: precisions and dtype are the file's), "torch" or "auto"
-    (llama.cpp where it applies: ``specbound.models.backends``)."""
+    ``target_precision`` (``models.quantize.PRECISIONS``): "as-loaded" (the model itself, at
+    ``dtype`` or a GGUF file's own types) or a weight-only "int8"/"int4" copy (CPU only) —
+    never changed unless asked; ``draft_precisions``: the draft precisions the planner may
+    use, forward by forward ("bf16", their old name for "as-loaded", is accepted);
+    ``device``: "cpu" or "cuda"; ``backend``: "llama.cpp" (GGUF files on llama.cpp's kernels,
+    as they are: precisions and dtype are the file's), "torch" or "auto" (llama.cpp where it
+    applies: ``specbound.models.backends``); ``cache_dir``: where quantised copies and
+    measured costs are kept (default ``models.gguf.default_cache_dir``); ``progress``:
+    progress bars on standard error while models load and long prompts prefill."""
 
     def __init__(self, target: str = "default-target", draft: str | None = "default-draft",
-                 dtype: torch.dtype = torch.bfloat16, target_precision: str = "bf16",
-                 draft_precisions=("bf16", "int8", "int4"), device: str = "cpu", progress: bool = True,
-                 drafter: str = "model", pair=None, backend: str = "auto"):
+                 dtype: torch.dtype = torch.bfloat16, target_precision: str = AS_LOADED,
+                 draft_precisions=PRECISIONS, device: str = "cpu", progress: bool = True,
+                 drafter: str = "model", pair=None, backend: str = "auto", cache_dir=None):
         from specbound.models.backends import resolve_backend
+        from specbound.models.gguf import default_cache_dir
         from specbound.models.pair import checked_device, load_pair
-        from specbound.models.quantize import quantize
+        from specbound.models.quantize import precision_name, quantize
 
         if drafter not in ("model", "prompt-lookup"):
             raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
-        checked_device(device)  # before any model loads
-        if backend == "auto" and target_precision != "bf16":
+        target_precision = precision_name(target_precision, "target_precision")
+        self.draft_precisions = tuple(dict.fromkeys(precision_name(precision, "draft_precisions")
+                                                    for precision in draft_precisions))
+        device = checked_device(device)  # before any model loads
+        if target_precision != AS_LOADED and device.type != "cpu":
+            raise ValueError(f"target_precision: {target_precision} runs on CPU kernels only; on {device.type} keep "
+                             f"the target {AS_LOADED} (target_precision={AS_LOADED!r}, --target-precision "
+                             f"{AS_LOADED})")
+        if backend == "auto" and target_precision != AS_LOADED:
             backend = "torch"  # the weight-only int8/int4 copies are torch's
         self.backend = pair.backend if pair is not None else resolve_backend(
             backend, [target, None if drafter == "prompt-lookup" else draft], device)
-        if self.backend == "llama.cpp" and target_precision != "bf16":
+        if self.backend == "llama.cpp" and target_precision != AS_LOADED:
             raise ValueError(f"target_precision: the llama.cpp backend runs the GGUF file at its own quantisation; "
                              f"{target_precision} needs backend='torch'")
         if drafter == "prompt-lookup":
@@ -70,12 +92,12 @@ class Speculator:
         elif (pair.draft if pair is not None else draft) is None:
             drafter = None  # the target alone: autoregressive decoding only
         self.drafter = drafter
-        self.pair = pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False,
-                                      backend=self.backend)
-        if target_precision != "bf16":
-            self.pair = self.pair.with_target(quantize(self.pair.target, target_precision))
-        self.pair = self.pair.to(device)
-        self.draft_precisions = tuple(draft_precisions)
+        self.progress = progress
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        self.pair = (pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False,
+                                       backend=self.backend)).to(device)
+        if target_precision != AS_LOADED:  # kept in the cache, as the draft's copies are
+            self.pair = self.pair.with_target(quantize(self.pair.target, target_precision, cache_dir=self.cache_dir))
         self._decoders = {}
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.7,
@@ -90,7 +112,11 @@ class Speculator:
         processing = Processing(temperature, top_k, top_p, self.pair.vocab_size)
         prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) and chat else (
             self.pair.tokenize(prompt) if isinstance(prompt, str) else [int(token) for token in prompt])
+        check_context(len(prompt_ids), max_new_tokens, self.pair.max_positions)
         decoder, plan = self.decoder_for(processing, method, method_options)
+        if self.progress and len(prompt_ids) > PREFILL_CHUNK:
+            print(f"specbound: prefilling {len(prompt_ids):,} prompt tokens{self._prefill_estimate(len(prompt_ids))}",
+                  file=sys.stderr)
         generation = decoder.generate(prompt_ids, plan, max_new_tokens, torch.Generator().manual_seed(seed),
                                       streamer=streamer)
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
@@ -105,14 +131,63 @@ class Speculator:
         key = (processing, method, tuple(sorted(options.items())))
         if key not in self._decoders:
             if method == "auto":  # without a draft model it plans between plain decoding and prompt lookup
-                self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions)
+                self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions, self.cache_dir)
             else:
                 built = build_method(method, **options)
                 if built.depth and self.drafter is None:
                     raise ValueError(f"method: {method} drafts, but no draft model was loaded and the drafter is "
                                      "not prompt-lookup")
                 self._decoders[key] = (self.pair.decoder(processing, self.drafter if built.depth else None), built)
+            decoder = self._decoders[key][0]
+            drafts = decoder.drafter.language_models if decoder.drafter is not None else []
+            for name, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
+                lm.prefill_progress = PrefillBar(f"prefill {name}") if self.progress else None
         return self._decoders[key]
+
+    def _prefill_estimate(self, tokens: int) -> str:
+        """', about N s on this machine' for a prefill of ``tokens`` by both models, from
+        the measured costs in the cache (``engine.costs``), or '' where they are unknown."""
+        from specbound.engine.costs import CostBook, prefill_seconds
+
+        book = CostBook(self.cache_dir / "costs.json")
+        models = [model for model in (self.pair.target, self.pair.draft if self.drafter == "model" else None)
+                  if model is not None]
+        costs = [book.known(model, self.pair.cost_precision(model), self.pair.device) for model in models]
+        if any(cost is None for cost in costs):
+            return ""
+        seconds = sum(prefill_seconds(cost, tokens) for cost in costs)
+        return f", about {seconds:,.{1 if seconds < 10 else 0}f} s on this machine (from its measured forward costs)"
+
+
+class PrefillBar:
+    """A progress bar on standard error for a prefill in chunks, told (tokens done,
+    tokens) after each (``CausalLM.prefill_progress``): opened at the first, closed at the
+    last."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.bar = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=total, desc=self.label, unit="token", file=sys.stderr, dynamic_ncols=True)
+        self.bar.update(done - self.bar.n)
+        if done >= total:
+            self.bar.close()
+            self.bar = None
+
+
+def check_context(prompt_tokens: int, max_new_tokens: int, max_positions: int | None, prompt: str = "prompt") -> None:
+    """Refuse (ValueError naming ``prompt`` or ``max_new_tokens``) a prompt of
+    ``prompt_tokens`` tokens and ``max_new_tokens`` that do not fit in ``max_positions``."""
+    if max_positions is None or prompt_tokens + max_new_tokens <= max_positions:
+        return
+    if prompt_tokens >= max_positions:
+        raise ValueError(f"{prompt}: {prompt_tokens:,} tokens, and the models' context holds {max_positions:,} "
+                         "positions with the new tokens: shorten the prompt")
+    raise ValueError(f"max_new_tokens: {max_new_tokens:,} new tokens after the {prompt}'s {prompt_tokens:,} exceed the "
+                     f"models' context of {max_positions:,} positions; ask for at most "
+                     f"{max_positions - prompt_tokens:,} (--max-new-tokens)")
 
 
 def generate(prompt, max_new_tokens: int = 128, temperature: float = 0.7, top_k: int | None = None,

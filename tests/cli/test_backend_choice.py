@@ -1,6 +1,7 @@
 """Which backend a command runs on, and the one line a user without llama-cpp-python gets."""
 
 import pytest
+import torch
 
 from specbound.cli.decoding import missed_fast_backend
 from specbound.models.backends import resolve_backend
@@ -43,3 +44,27 @@ def test_an_int8_target_is_refused_on_llama_cpp_and_makes_auto_take_torch(no_mod
     with pytest.raises(no_model_loads):
         Speculator(target_precision="int8")
     assert asked == ["torch"]
+
+
+def test_the_precision_options_name_each_precision_once_and_take_the_old_bf16(capsys):
+    from specbound.cli import build_parser
+    from specbound.models.quantize import AS_LOADED, PRECISIONS
+
+    parser = build_parser()
+    defaults = parser.parse_args(["generate", "hi"])
+    assert defaults.target_precision == AS_LOADED and defaults.draft_precisions == list(PRECISIONS)
+    old = parser.parse_args(["generate", "hi", "--target-precision", "bf16", "--draft-precisions", "bf16,int8,as-loaded"])
+    assert old.target_precision == AS_LOADED and old.draft_precisions == [AS_LOADED, "int8"]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["generate", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "{as-loaded,int8,int4}" in shown and "the model itself, at --dtype" in shown
+    assert "bf16 is an old name of as-loaded" in shown
+
+
+def test_an_int8_target_on_cuda_is_refused_before_a_model_loads(no_model_loads, monkeypatch, capsys):
+    from specbound.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["generate", "hi", "--target-precision", "int8", "--device", "cuda", "--quiet"]) == 2
+    assert "target_precision: int8 runs on CPU kernels only" in capsys.readouterr().err

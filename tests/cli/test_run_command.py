@@ -153,3 +153,12 @@ def test_run_refuses_a_method_given_twice_before_a_model_loads(methods, tmp_path
     assert main(["run", "--output-dir", str(tmp_path), "--methods", methods]) == 2
     message = capsys.readouterr().err.strip()
     assert message.count("\n") == 0 and message.startswith("specbound run: error: methods:") and "twice" in message
+
+
+def test_run_refuses_a_prompt_and_new_tokens_beyond_the_context_naming_the_option(tiny_dirs, tmp_path, capsys):
+    """The tiny models hold 64 positions; the prompts are 3 and 4 tokens."""
+    assert run_command(tiny_dirs, tmp_path, "--methods", "chain", "--max-new-tokens", "61") == 2
+    message = capsys.readouterr().err
+    assert "max_new_tokens: 61 new tokens after the prompt" in message
+    assert "'s 4 exceed the models' context of 64 positions; ask for at most 60 (--max-new-tokens)" in message
+    assert not (tmp_path / "results.jsonl").exists()

@@ -140,6 +140,24 @@ def test_a_full_cache_grows_when_reset_for_more(gguf_models):
     assert lm.prefill(0, prompt).shape == (1, lm.logits_size)
 
 
+def test_a_prefill_in_chunks_gives_the_logits_of_one_forward_and_tells_its_progress(gguf_models):
+    """40 tokens in llama_decode calls of 8 tokens: the logits of every token and of a tree
+    scored after them (the cache) agree to ROUNDING with one call's, and the progress is
+    told after each call; a prefill of one call tells nothing."""
+    prompt = [1, 2, 3, 4, 5, 0, 2, 2, 4, 1] * 4
+    chunked = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256, batch_tokens=8)
+    whole = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256)
+    told = {"chunked": [], "whole": []}
+    chunked.prefill_progress = lambda done, total: told["chunked"].append((done, total))
+    whole.prefill_progress = lambda done, total: told["whole"].append((done, total))
+    outputs = [lm.prefill(0, prompt, last_only=False) for lm in (chunked, whole)]
+    assert outputs[0].shape == outputs[1].shape == (len(prompt), chunked.logits_size)
+    assert torch.allclose(outputs[0], outputs[1], atol=ROUNDING)
+    after = [lm.score([Entries([5, 1, 2], [-1, 0, -1])]).logits(0) for lm in (chunked, whole)]
+    assert torch.allclose(after[0], after[1], atol=ROUNDING)
+    assert told == {"chunked": [(end, len(prompt)) for end in range(8, len(prompt) + 1, 8)], "whole": []}
+
+
 def llamacpp_law(lm, prompt, processing, num_tokens, eos=EOS) -> dict[tuple, float]:
     """The law of the next ``num_tokens`` tokens with llama.cpp's own forwards, each prefix's
     row computed as decoding computes it (``alone``), stopping at EOS."""

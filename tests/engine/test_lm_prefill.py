@@ -179,3 +179,32 @@ def test_mismatched_twin_is_refused(target_model, twin, message):
 def test_bad_threshold_is_refused(target_model, value):
     with pytest.raises(ValueError, match="prefill_min_tokens"):
         CausalLM(target_model, prefill_model=copy.deepcopy(target_model), prefill_min_tokens=value)
+
+
+LONG_PROMPT = PROMPT * 2  # 40 tokens
+
+
+@pytest.mark.parametrize("build", [lambda: tiny_model(seed=7), lambda: doubled_logits_model(7)],
+                         ids=["factorized", "full-logits"])
+@pytest.mark.parametrize("last_only", [False, True])
+@pytest.mark.parametrize("chunk", [7, 8])
+def test_a_prefill_in_chunks_gives_the_cache_and_logits_of_one_forward(build, last_only, chunk):
+    """40 tokens in forwards of 7 or 8 (the last chunk short or not): the same logits, the
+    same cache (the logits of a tree scored after it), and the progress told after each
+    chunk; a prefill of one chunk tells nothing."""
+    model = build()
+    chunked, whole = CausalLM(model, prefill_chunk=chunk), CausalLM(model, prefill_chunk=len(LONG_PROMPT))
+    told = {"chunked": [], "whole": []}
+    chunked.prefill_progress = lambda done, total: told["chunked"].append((done, total))
+    whole.prefill_progress = lambda done, total: told["whole"].append((done, total))
+    outputs = [lm.prefill(0, LONG_PROMPT, last_only=last_only) for lm in (chunked, whole)]
+    assert outputs[0].shape == outputs[1].shape == (1 if last_only else len(LONG_PROMPT), chunked.logits_size)
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-6, atol=1e-6)
+    for layer, reference_layer in zip(chunked.cache.layers, whole.cache.layers):
+        torch.testing.assert_close(layer.keys, reference_layer.keys, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(layer.values, reference_layer.values, rtol=1e-6, atol=1e-6)
+    after = [lm.score([Entries(TREE_TOKENS, TREE_PARENTS)]).logits(0) for lm in (chunked, whole)]
+    torch.testing.assert_close(after[0], after[1], rtol=1e-6, atol=1e-6)
+    assert chunked.forward_calls == whole.forward_calls == 2  # a prefill counts as one forward
+    ends = list(range(chunk, len(LONG_PROMPT), chunk)) + [len(LONG_PROMPT)]
+    assert told == {"chunked": [(end, len(LONG_PROMPT)) for end in ends], "whole": []}

@@ -7,6 +7,7 @@ from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
 from specbound.engine.planner import Evidence, Planner
+from specbound.models.quantize import AS_LOADED
 
 ROWS = (1, 2, 4, 8, 16, 32)
 
@@ -20,7 +21,7 @@ AVX512_BF16 = {"target": linear(223, 7), "draft": linear(79, 2)}  # the project'
 
 
 def test_where_rows_cost_linear_time_nothing_is_drafted():
-    planner = Planner(AVX2["target"], {None: AVX2["draft"]})
+    planner = Planner(AVX2["target"], {AS_LOADED: AVX2["draft"]})
     assert planner.best(optimistic=True).candidate.method == "autoregressive"
     for depth in range(8):  # even after seeing perfect acceptance
         planner.evidence.setdefault("model", Evidence()).record(depth, 1, True, count=1000)
@@ -28,15 +29,15 @@ def test_where_rows_cost_linear_time_nothing_is_drafted():
 
 
 def test_where_rows_are_cheap_a_draft_is_planned():
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"], "int8": linear(40, 15)})
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"], "int8": linear(40, 15)})
     best = planner.best(optimistic=True)
     assert best.candidate.method != "autoregressive"
     assert best.tokens_per_second > planner.predict(planner.candidates[0]).tokens_per_second
-    assert planner.variant_for_rows(1) == "int8" and planner.variant_for_rows(16) is None
+    assert planner.variant_for_rows(1) == "int8" and planner.variant_for_rows(16) == AS_LOADED
 
 
 def test_poor_acceptance_falls_back_to_plain_decoding():
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]})
     for depth in range(8):
         for drafts in range(1, 5):
             evidence = planner.evidence.setdefault("model", Evidence())
@@ -46,7 +47,7 @@ def test_poor_acceptance_falls_back_to_plain_decoding():
 
 
 def auto_decoder(target_model, draft_model, processing):
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, replan_every=2)
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]}, replan_every=2)
     drafter = ModelDrafter(CausalLM(draft_model), processing, planner.variant_for_rows)
     return Decoder(CausalLM(target_model), drafter, processing, eos_token_ids=[EOS]), planner
 
@@ -93,7 +94,7 @@ def test_one_draft_acceptance_comes_from_the_overlap_of_every_verified_node():
     vocab = 4
     target = torch.tensor([[0.5, 0.5, 0.0, 0.0]])
     draft = torch.tensor([0.0, 0.5, 0.5, 0.0])  # Σ min(p, q) = 0.5
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]})
     chain = next(method for candidate, method in planner._methods.items() if candidate.label == "chain γ=1")
     for _ in range(200):
         tree = DraftTree.root_only(0)
@@ -111,7 +112,7 @@ def test_a_budgeted_tree_is_predicted_with_the_children_its_path_nodes_had():
     the shape's most children at every depth down to its full depth."""
     from specbound.engine.tree import DraftTree
 
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]})
     candidate, method = next((c, m) for c, m in planner._methods.items() if m.name.startswith("sparse 6/4"))
     draft = torch.tensor([0.5, 0.5, 0.0, 0.0])
     before = planner._accepted(candidate, method, optimistic=False)
@@ -132,7 +133,7 @@ def test_a_depth_no_plan_reached_is_predicted_from_the_depth_above_it():
     (0.5) pulls down — which made deeper chains look worse than they run."""
     from specbound.engine.tree import DraftTree
 
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]})
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]})
     chain = next(method for candidate, method in planner._methods.items() if candidate.label == "chain γ=5")
     draft = torch.tensor([0.5, 0.5, 0.0, 0.0])
     hard = torch.tensor([[0.0, 0.5, 0.5, 0.0]])  # overlap with the draft 0.5
@@ -154,7 +155,7 @@ def test_prompt_lookup_has_its_own_evidence_and_its_misses_count():
     from specbound.engine.planner import default_candidates
     from specbound.engine.tree import DraftTree
 
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, default_candidates(lookup=True))
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]}, default_candidates(lookup=True))
     lookup = next(method for candidate, method in planner._methods.items() if candidate.label == "lookup chain γ=2")
     model_before = planner.acceptance(0, 1)
     point_mass = torch.tensor([0.0, 1.0, 0.0, 0.0])
@@ -178,7 +179,7 @@ def test_auto_with_prompt_lookup_is_lossless(target_model, draft_model):
     from specbound.engine.planner import default_candidates
 
     processing = Processing()
-    planner = Planner(AVX512_BF16["target"], {None: AVX512_BF16["draft"]}, default_candidates(4, lookup=True),
+    planner = Planner(AVX512_BF16["target"], {AS_LOADED: AVX512_BF16["draft"]}, default_candidates(4, lookup=True),
                       replan_every=1)
     drafters = {"model": ModelDrafter(CausalLM(draft_model), processing, planner.variant_for_rows),
                 "lookup": PromptLookupDrafter(vocab_size=6)}
@@ -196,7 +197,7 @@ def test_a_plan_predicted_barely_faster_than_plain_decoding_is_not_taken():
     cheaper a chain predicted well past MIN_GAIN is taken."""
     from specbound.engine.planner import MIN_GAIN
 
-    free_draft = {None: Costs({1: 1e-6, 2: 1e-6})}
+    free_draft = {AS_LOADED: Costs({1: 1e-6, 2: 1e-6})}
     close = Planner(Costs({1: 0.010, 2: 0.010 * 1.9 / 1.05}), free_draft)
     chain = next(candidate for candidate in close.candidates if candidate.label == "chain γ=1")
     assert 1.0 < close.predict(chain, optimistic=True).tokens_per_second / close.predict(close.candidates[0]).tokens_per_second < MIN_GAIN

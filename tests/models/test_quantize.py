@@ -1,6 +1,11 @@
 """Weight-only int8/int4 layers compute with the grid they store, the int4 grid search beats
 plain min/max rounding, the quantised copies are cached and reload to the same model, and a
-quantised draft keeps decoding lossless (its law is the one handed to the verifier)."""
+quantised draft keeps decoding lossless (its law is the one handed to the verifier). Each
+precision has one name, the model itself included (``AS_LOADED``), in the planner, the
+language model's variants and the cost book, where a float32 and a bfloat16 load differ."""
+
+import copy
+import json
 
 import pytest
 import torch
@@ -8,7 +13,19 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
-from specbound.models.quantize import Int4Linear, Int8Linear, int4_grid, quantize
+from specbound.engine.costs import cost_key
+from specbound.engine.lm import Entries
+from specbound.models.pair import ModelPair
+from specbound.models.quantize import (
+    AS_LOADED,
+    PRECISIONS,
+    Int4Linear,
+    Int8Linear,
+    int4_grid,
+    precision_name,
+    precision_of,
+    quantize,
+)
 
 
 def small_model(seed=0):
@@ -70,3 +87,54 @@ def test_a_draft_at_two_precisions_in_one_cache_keeps_decoding_lossless():
     method = build_method("sparse", budget=4, depth=2, width=2)
     samples = [tuple(decoder.generate([1], method, 3, generator).tokens) for _ in range(400)]
     assert chi_square_pvalue(samples, exact_sequence_law(target, [1], processing, 3)) > SIGNIFICANCE
+
+
+def test_each_precision_has_one_name_and_bf16_is_an_old_name_of_as_loaded():
+    """"bf16" named the model as loaded even when it was loaded in float32."""
+    assert PRECISIONS == (AS_LOADED, "int8", "int4") and "bf16" not in AS_LOADED
+    assert precision_name("bf16") == AS_LOADED and precision_name("int4") == "int4"
+    with pytest.raises(ValueError, match="^draft_precisions: expected one of as-loaded, int8, int4, got 'bfloat16'"):
+        precision_name("bfloat16", "draft_precisions")
+    model = small_model()
+    assert quantize(model, AS_LOADED) is model and quantize(model, "bf16") is model
+    assert precision_of(model) == AS_LOADED
+    assert precision_of(quantize(model, "int8")) == "int8" and precision_of(quantize(model, "int4")) == "int4"
+
+
+def test_the_model_itself_is_the_variant_as_loaded():
+    draft = small_model(1)
+    lm = CausalLM(draft, variants={"int8": quantize(draft, "int8")})
+    assert lm.variants[AS_LOADED] is draft
+    lm.prefill(0, [1, 2, 3])
+    by_default = lm.score([Entries.chain([4])]).logits(0)
+    lm.commit([[]])
+    torch.testing.assert_close(lm.score([Entries.chain([4])], AS_LOADED).logits(0), by_default, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="variants: 'as-loaded' is the model itself"):
+        CausalLM(draft, variants={AS_LOADED: quantize(draft, "int8")})
+
+
+def pair_of(target, draft) -> ModelPair:
+    return ModelPair(target, draft, 6, (EOS,), encode=lambda text: [1])
+
+
+def test_cost_book_keys_tell_a_float32_load_from_a_bfloat16_one_and_name_quantised_copies():
+    bf16 = small_model(0)
+    float32 = copy.deepcopy(bf16).float()
+    int8 = quantize(bf16, "int8")
+    pair = pair_of(bf16, None)
+    assert [pair.cost_precision(model) for model in (bf16, float32, int8)] == ["bfloat16", "float32", "int8"]
+    keys = {cost_key(model, pair.cost_precision(model)) for model in (bf16, float32, int8)}
+    assert len(keys) == 3
+
+
+def test_the_planner_keys_the_draft_s_precisions_by_their_one_name(tmp_path):
+    """Old names are taken; the draft as loaded is keyed ``AS_LOADED`` (it was None), and the
+    cost book names it by its dtype, a quantised copy by its precision."""
+    pair = pair_of(small_model(0), small_model(1))
+    decoder, planner = pair.auto_decoder(Processing(), ("bf16", "int8"), cache_dir=tmp_path)
+    assert set(planner.draft_costs) == {AS_LOADED, "int8"}
+    assert set(decoder.drafter.drafters["model"].lm.variants) == {AS_LOADED, "int8"}
+    book = json.loads((tmp_path / "costs.json").read_text())
+    assert sorted(key.rsplit(" | ", 1)[1] for key in book) == ["bfloat16", "bfloat16", "int8"]
+    generation = decoder.generate([1, 2], planner, 4, torch.Generator().manual_seed(0))
+    assert len(generation.tokens) <= 4

@@ -12,7 +12,7 @@ from specbound.bounds import MAX_LP_VARIABLES
 from specbound.engine.methods import METHODS, Budget, Method, build_method, method_options
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
-from specbound.models.quantize import PRECISIONS
+from specbound.models.quantize import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 
 
 # Measured (benchmarks/README.md, "llama.cpp backend"): our plain decoding on llama.cpp
@@ -29,17 +29,36 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
                         help="draft with the draft model or by n-gram prompt lookup")
     models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="the models' dtype (bfloat16)")
-    models.add_argument("--target-precision", "--target-dtype", choices=PRECISIONS, default="bf16",
-                        help="the target's weights: as loaded (bf16, default) or weight-only int8/int4 (changes the "
-                        "law being sampled: the target is then the quantised model)")
-    models.add_argument("--draft-precisions", type=arguments.names(PRECISIONS), default=list(PRECISIONS),
-                        help="draft precisions the planner may use, forward by forward (default bf16,int8,int4; "
-                        "any precision keeps decoding lossless)")
+    models.add_argument("--target-precision", "--target-dtype", type=precision, choices=PRECISIONS,
+                        default=AS_LOADED, help=f"the target's weights: {AS_LOADED} (default: the model itself, at "
+                        "--dtype, or a GGUF file's own types on llama.cpp) or a weight-only int8/int4 copy (CPU only, "
+                        "kept in the cache; changes the law being sampled: the target is then the quantised model)"
+                        f"{OLD_NAMES_HELP}")
+    models.add_argument("--draft-precisions", type=precisions, default=list(PRECISIONS),
+                        help=f"draft precisions the planner may use, forward by forward, as for --target-precision "
+                        f"(default {','.join(PRECISIONS)}; any precision keeps decoding lossless; on llama.cpp or a "
+                        f"GPU the draft runs {AS_LOADED}){OLD_NAMES_HELP}")
     models.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (cpu)")
     models.add_argument("--backend", choices=list(BACKENDS), default="auto",
                         help="whose kernels run the forwards: llama.cpp (GGUF files as they are), torch, or auto "
                         "(default: llama.cpp for GGUF models when llama-cpp-python is installed and the device is "
                         "the CPU, torch otherwise)")
+
+
+OLD_NAMES_HELP = "".join(f"; {old} is an old name of {name}" for old, name in OLD_NAMES.items())
+
+
+def precision(text: str) -> str:
+    """A precision of ``models.quantize.PRECISIONS`` (an old name accepted)."""
+    try:
+        return precision_name(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"unknown {text!r}; choose from {', '.join(PRECISIONS)}") from None
+
+
+def precisions(text: str) -> list[str]:
+    """A comma-separated selection of precisions, each once."""
+    return list(dict.fromkeys(arguments.comma_list(precision)(text)))
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:

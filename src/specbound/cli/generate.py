@@ -93,5 +93,6 @@ def register(subparsers) -> None:
                         "pairs after a colon: 'chain:gamma=4', 'sparse:budget=12:depth=6'")
     parser.add_argument("--threads", type=arguments.integer(1, os.cpu_count() or 1), default=None,
                         help="torch CPU threads (at most the CPU count)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bars while the models load")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bars while the models load and a long prompt prefills")
     parser.set_defaults(handler=run)

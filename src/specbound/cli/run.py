@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 from specbound import arguments
+from specbound.api import check_context
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
@@ -91,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     speculator = load_speculator(args)
     pair = speculator.pair
     processing = Processing(args.temperature, args.top_k, args.top_p, pair.vocab_size)
-    decoders = {label: speculator.decoder_for(processing, name, options) for label, (name, options) in methods.items()}
     encoded = [pair.encode(prompt.text) for prompt in prompts]
+    for prompt, prompt_ids in zip(prompts, encoded):
+        check_context(len(prompt_ids), args.max_new_tokens, pair.max_positions, f"prompt {prompt.id}")
+    decoders = {label: speculator.decoder_for(processing, name, options) for label, (name, options) in methods.items()}
     for decoder, plan in decoders.values():  # the first forwards of a model are slow: not timed
         if not isinstance(plan, Planner):
             decoder.generate(encoded[0], plan, 4, torch.Generator().manual_seed(args.seed))

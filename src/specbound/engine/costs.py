@@ -10,8 +10,10 @@ scores them — for k in ``ROWS``, and the minimum over repeats (the least distu
 on a shared machine). ``CostBook`` keeps the measurements in one JSON file per cache, keyed
 by the machine (processor model and flags, or GPU name), the backend (torch or llama.cpp,
 its version and threads), the model (a fingerprint of its configuration and weights, or of
-its GGUF file) and its precision, so each is
-measured once; ``Costs`` interpolates between the measured row counts.
+its GGUF file) and its precision (what its weights are: "int8"/"int4" for a quantised copy,
+else the dtype it was loaded in or "gguf": ``ModelPair.cost_precision``), so each is
+measured once; ``Costs`` interpolates between the measured row counts, and
+``prefill_seconds`` predicts a long prefill from them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.lm import PREFILL_CHUNK, CausalLM, Entries
 
 ROWS = (1, 2, 4, 8, 16, 32)
 CONTEXT = 200
@@ -58,6 +60,14 @@ class Costs:
     @classmethod
     def from_json(cls, payload: dict) -> Costs:
         return cls({int(rows): float(seconds) for rows, seconds in payload.items()})
+
+
+def prefill_seconds(costs: Costs, tokens: int, chunk: int = PREFILL_CHUNK) -> float:
+    """Predicted seconds of a prefill of ``tokens`` tokens in forwards of ``chunk`` rows
+    (``engine.lm``), each extrapolated linearly from the measured rows; the attention's
+    growth with the context is left out, so a long prompt takes somewhat longer."""
+    full, rest = divmod(tokens, chunk)
+    return full * costs(chunk) + (costs(rest) if rest else 0.0)
 
 
 @functools.cache
@@ -195,6 +205,12 @@ class CostBook:
             self._entries[key] = measure(model).to_json()
             self._save()
         return Costs.from_json(self._entries[key])
+
+    def known(self, model, precision: str, device="cpu") -> Costs | None:
+        """The costs of ``model`` at ``precision`` here if the book holds them (nothing is
+        measured), else None."""
+        entry = self._entries.get(cost_key(model, precision, device))
+        return None if entry is None else Costs.from_json(entry)
 
     def _save(self) -> None:
         if self.path is None:

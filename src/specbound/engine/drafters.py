@@ -24,6 +24,7 @@ from specbound.engine.lm import CausalLM, Entries
 from specbound.engine.methods import Levels
 from specbound.engine.processing import PROBS_DTYPE, Processing
 from specbound.engine.tree import DraftTree
+from specbound.models.quantize import AS_LOADED
 
 
 def draw_drafts(scheme_name: str, num_drafts: int, draft_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -45,13 +46,13 @@ class ModelDrafter:
 
     ``variant_for_rows(rows)`` names the variant of the draft model (``CausalLM.variants``:
     the same model at another precision) that runs a forward of that many rows — the one
-    measured fastest for it (``engine.planner``); None runs the model itself. Each row is
-    prefilled when the drafter first drafts for it (``reset``)."""
+    measured fastest for it (``engine.planner``); by default ``AS_LOADED``, the model
+    itself. Each row is prefilled when the drafter first drafts for it (``reset``)."""
 
     def __init__(self, lm: CausalLM, processing: Processing, variant_for_rows=None):
         self.lm = lm
         self.processing = processing
-        self.variant_for_rows = variant_for_rows or (lambda rows: None)
+        self.variant_for_rows = variant_for_rows or (lambda rows: AS_LOADED)
         self._fed: list[int] = []  # per row: tokens fed as pending at the start of this step
         self._entries: list[dict[int, int]] = []  # per row: tree node -> pending entry of the draft cache
 

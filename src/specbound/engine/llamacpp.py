@@ -40,6 +40,7 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,7 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.engine.lm import Entries
+from specbound.models.quantize import AS_LOADED
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
 DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)
@@ -220,7 +222,9 @@ class LlamaCppLM:
     (module docstring). ``context_cells``: KV cells shared by every row and branch, rounded
     up to llama.cpp's step of 256; a larger context is made when ``reset`` or ``add_row`` is
     told the batch needs more.
-    ``forward_calls`` and ``model_seconds`` count as ``CausalLM``'s do."""
+    ``forward_calls`` and ``model_seconds`` count as ``CausalLM``'s do; ``prefill_progress``,
+    as ``CausalLM``'s, is told the tokens done after each ``batch_tokens`` of a longer
+    prefill."""
 
     device = torch.device("cpu")
 
@@ -229,6 +233,7 @@ class LlamaCppLM:
         self._llama = _llama()
         self._cells = positive_int("context_cells", context_cells)
         self._batch_tokens = positive_int("batch_tokens", batch_tokens)
+        self.prefill_progress: Callable[[int, int], None] | None = None
         self._context = None
         self._open_context(self._cells)
         self.reset()
@@ -300,16 +305,19 @@ class LlamaCppLM:
             chunk = range(start, min(count, start + self._batch_tokens))
             items = [(tokens[i], i, (state.sequence,), i in wanted) for i in chunk]
             pieces.append(self._decode(items))
+            if self.prefill_progress is not None and count > self._batch_tokens:
+                self.prefill_progress(chunk.stop, count)
         self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
         state.committed = tokens
         return torch.cat([piece for piece in pieces if piece.shape[0]])
 
-    def score(self, entries: list[Entries], variant: str | None = None, outputs=None) -> LlamaScores:
+    def score(self, entries: list[Entries], variant: str = AS_LOADED, outputs=None) -> LlamaScores:
         """One forward over every row's new entries (``entries[b]`` for row b); they stay
         pending until ``commit``. ``outputs[b]``: the new entries of row b whose logits will
-        be read (None: all of every row's)."""
-        if variant is not None:
+        be read (None: all of every row's). The file runs as it is: ``variant`` is
+        ``AS_LOADED``."""
+        if variant != AS_LOADED:
             raise ValueError(f"variant: the llama.cpp backend has no variant {variant!r}")
         if len(entries) != self.batch_size:
             raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")

@@ -23,9 +23,9 @@ so the head's cost on the other nodes is saved. This needs the model's logits to
 ``head(base_model(x))``, which is checked once per model; other models get their full
 logits from every forward.
 
-Optional **variants** (the same model at other precisions, ``models.quantize``) share the
-one cache: a forward can run on any of them (``score(..., variant=name)``), so a drafter
-picks, forward by forward, the precision that is fastest for that many rows. The cache's
+Optional **variants** (the same model at other precisions, ``models.quantize``; the model
+itself is the variant ``AS_LOADED``) share the one cache: a forward can run on any of them
+(``score(..., variant=name)``), so a drafter picks, forward by forward, the precision that is fastest for that many rows. The cache's
 keys and values then come from several precisions; that changes the draft's law a little,
 never losslessness (the verifier is handed the law the drafts were drawn from).
 
@@ -36,6 +36,11 @@ is several times faster in float32, while one-token decoding is fastest in bfloa
 twin's keys and values are converted to the model's dtype into the cache, its last hidden
 states go through the model's own head, and every later forward is the model's own.
 
+A **long prefill** runs in forwards of ``prefill_chunk`` tokens, each attending to the
+chunks before it through the cache: the cache and logits are those of one forward (up to
+the rounding of products of other sizes), and ``prefill_progress(done, total)``, when set,
+is told the tokens done after each chunk.
+
 Written against the transformers 5.x cache API (``engine.cache``).
 """
 
@@ -43,12 +48,16 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from specbound.checks import positive_int
 from specbound.engine.cache import SpeculativeCache
+from specbound.models.quantize import AS_LOADED
+
+PREFILL_CHUNK = 512  # tokens per prefill forward (module docstring)
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,8 @@ class CausalLM:
     cache (module docstring). ``forward_calls`` counts model forwards since the last
     ``reset`` (a row's prefill counts as one); ``model_seconds`` is the wall time spent
     inside the model (its forwards and its head) since then — the rest of a step is the
-    engine's own."""
+    engine's own. ``prefill_progress``: None, or called with (tokens done, tokens) after each
+    chunk of a prefill longer than ``prefill_chunk`` tokens."""
 
     def __init__(
         self,
@@ -133,16 +143,21 @@ class CausalLM:
         prefill_model: torch.nn.Module | None = None,
         prefill_min_tokens: int = 16,
         variants: dict[str, torch.nn.Module] | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
     ):
         self.prefill_min_tokens = positive_int("prefill_min_tokens", prefill_min_tokens)
+        self.prefill_chunk = positive_int("prefill_chunk", prefill_chunk)
+        self.prefill_progress: Callable[[int, int], None] | None = None
         self.model = model.eval()
         self._cache_argument = _cache_argument(model)
         self._head = model.get_output_embeddings()
         self._num_layers = model.config.get_text_config(decoder=True).num_hidden_layers
         _check_full_attention(model)
         self._factorized = _logits_are_head_of_base_model(model)
-        self.variants = {}
+        self.variants = {AS_LOADED: self.model}
         for name, variant in (variants or {}).items():
+            if name == AS_LOADED:
+                raise ValueError(f"variants: {AS_LOADED!r} is the model itself")
             _check_twin(model, variant, "variants")
             if not _logits_are_head_of_base_model(variant.eval()) and self._factorized:
                 raise ValueError(f"variants: {name!r} does not compute its logits as the model's head does")
@@ -212,31 +227,38 @@ class CausalLM:
     # -- the batched interface ----------------------------------------------------------------
     def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
         """Commit ``token_ids`` as the whole prefix of the empty row ``row`` (scored alone, by
-        the twin when the prompt is long enough); return the next-token logits of the last
-        token (all tokens with ``last_only=False``).  # -> [1 or n, logits_size] float32"""
+        the twin when the prompt is long enough, in chunks of ``prefill_chunk`` tokens: module
+        docstring); return the next-token logits of the last token (all tokens with
+        ``last_only=False``).  # -> [1 or n, logits_size] float32"""
         if self.lengths[row] or self._pending[row]:
             raise ValueError(f"prefill: row {row} is not empty")
         tokens = self._checked_tokens(token_ids)
         twin = self.prefill_model if self.prefill_model is not None and len(tokens) >= self.prefill_min_tokens else None
         scorer = twin or self.model
         cache = SpeculativeCache(self._num_layers)
-        arguments = {"input_ids": tokens[None].to(_device_of(scorer)), "use_cache": True,
-                     _cache_argument(scorer): cache}
         started = time.perf_counter()
-        with torch.no_grad():
-            if self._factorized:
-                states = scorer.base_model(**arguments).last_hidden_state[0]  # [n, hidden]
-            else:
-                if last_only:
-                    arguments["logits_to_keep"] = 1
-                states = scorer(**arguments).logits[0]
+        pieces = []  # [chunk, hidden] (or [chunk or 1, logits] unfactorized)
+        for start in range(0, len(tokens), self.prefill_chunk):
+            chunk = tokens[start : start + self.prefill_chunk]
+            arguments = {"input_ids": chunk[None].to(_device_of(scorer)), "use_cache": True,
+                         _cache_argument(scorer): cache}
+            with torch.no_grad():
+                if self._factorized:
+                    piece = scorer.base_model(**arguments).last_hidden_state[0]
+                else:
+                    if last_only:
+                        arguments["logits_to_keep"] = 1
+                    piece = scorer(**arguments).logits[0]
+            pieces = [piece] if last_only else pieces + [piece]
+            if self.prefill_progress is not None and len(tokens) > self.prefill_chunk:
+                self.prefill_progress(start + len(chunk), len(tokens))
         self.cache.write_row(row, self.batch_size, (
             (layer.keys.to(device=self.device, dtype=self.dtype), layer.values.to(device=self.device, dtype=self.dtype))
             for layer in cache.layers
         ))
         self.lengths[row] = len(tokens)
         self.forward_calls += 1
-        states = states.to(device=self.device, dtype=self.dtype)
+        states = torch.cat(pieces).to(device=self.device, dtype=self.dtype)
         if last_only:
             states = states[-1:]
         with torch.no_grad():
@@ -244,12 +266,13 @@ class CausalLM:
         self.model_seconds += time.perf_counter() - started
         return logits
 
-    def score(self, entries: list[Entries], variant: str | None = None, outputs=None) -> Scores:
+    def score(self, entries: list[Entries], variant: str = AS_LOADED, outputs=None) -> Scores:
         """One forward over every row's new entries (``entries[b]`` for row b; an empty
-        Entries for a row that adds nothing), by the model or its ``variant``. They stay
-        pending until ``commit``. ``outputs[b]``: the entries of row b whose logits may be
-        read (None: any); here the head is applied on demand, so reading any entry works."""
-        model = self.model if variant is None else self.variants[variant]
+        Entries for a row that adds nothing), by the model's ``variant`` (``AS_LOADED``: the
+        model itself). They stay pending until ``commit``. ``outputs[b]``: the entries of row
+        b whose logits may be read (None: any); here the head is applied on demand, so
+        reading any entry works."""
+        model = self.variants[variant]
         if len(entries) != self.batch_size:
             raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
         counts = [len(row.tokens) for row in entries]

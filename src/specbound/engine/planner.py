@@ -5,10 +5,11 @@ Predicted tokens/s of a candidate = (1 + E[accepted drafts per step]) / E[second
 
 **Seconds** come from measured forward costs (``engine.costs``): the target's cost of its
 rows (the pending token plus the tree), and per draft forward the cheapest draft variant
-for its rows (bf16, int8, int4: ``models.quantize``; the drafter runs that variant). Time
-outside the models (masks, sampling, verification) is kept small by the engine and left
-out, so that the plans — hence the tokens — depend only on the measured costs and on the
-steps run: with the same cost book and seed, ``auto`` draws the same tokens every time.
+for its rows (as loaded, int8, int4: ``models.quantize.PRECISIONS``; the drafter runs that
+variant). Time outside the models (masks, sampling, verification) is kept small by the
+engine and left out, so that the plans — hence the tokens — depend only on the measured
+costs and on the steps run: with the same cost book and seed, ``auto`` draws the same
+tokens every time.
 
 **Acceptance** comes from the steps already run. Every verification records its depth, the
 number of drafts at the node and whether it descended (``RunStats``); the planner pools
@@ -124,13 +125,14 @@ class Evidence:
 class Planner:
     """Chooses among ``candidates`` by predicted tokens/s (module docstring).
 
-    ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft variant
-    (None = the model's own precision) its cost by rows; empty without a draft model, which
-    leaves the candidates that need none (autoregressive, prompt lookup). ``evidence``: per
-    drafter, what its verified steps showed (``observe`` adds to it)."""
+    ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft precision
+    (``models.quantize.PRECISIONS``: the variant names of ``CausalLM``) its cost by rows;
+    empty without a draft model, which leaves the candidates that need none
+    (autoregressive, prompt lookup). ``evidence``: per drafter, what its verified steps
+    showed (``observe`` adds to it)."""
 
     target_costs: Costs
-    draft_costs: dict[str | None, Costs] = field(default_factory=dict)
+    draft_costs: dict[str, Costs] = field(default_factory=dict)
     candidates: list[Candidate] = field(default_factory=default_candidates)
     prior_acceptance: float = PRIOR_ACCEPTANCE
     replan_every: int = REPLAN_EVERY
@@ -307,7 +309,7 @@ class Planner:
         """The cheapest draft variant's seconds for a forward of ``rows`` rows."""
         return min(costs(max(1, math.ceil(rows))) for costs in self.draft_costs.values())
 
-    def variant_for_rows(self, rows: int) -> str | None:
+    def variant_for_rows(self, rows: int) -> str:
         """The draft variant measured fastest for ``rows`` rows (the drafter's rule)."""
         return min(self.draft_costs, key=lambda variant: self.draft_costs[variant](max(1, rows)))
 

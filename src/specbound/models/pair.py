@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbound.models.chat import encode_prompt, stop_token_ids
+from specbound.models.quantize import AS_LOADED, PRECISIONS, precision_name, precision_of, quantize
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,25 @@ class ModelPair:
         return CausalLM(model, prefill_model=self.prefill_twin(twin), variants=variants)
 
     def with_target(self, target: torch.nn.Module) -> ModelPair:
-        """The same pair with another target model (e.g. a quantised copy)."""
-        return dataclasses.replace(self, target=target, target_twin=None)
+        """The same pair with another target model (e.g. a quantised copy), its precision
+        (``models.quantize.precision_of``) in the description."""
+        return dataclasses.replace(self, target=target, target_twin=None,
+                                   description={**self.description, "target_precision": precision_of(target)})
 
     @property
     def device(self) -> torch.device:
         return torch.device("cpu") if self.backend == "llama.cpp" else next(self.target.parameters()).device
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence (prompt and new tokens) both models take: their position
+        embeddings, or a GGUF file's training context on llama.cpp (None if unknown)."""
+        if self.backend == "llama.cpp":
+            limits = [model.n_ctx_train or None for model in (self.target, self.draft) if model is not None]
+        else:
+            limits = [getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+                      for model in (self.target, self.draft) if model is not None]
+        return min((limit for limit in limits if limit is not None), default=None)
 
     def to(self, device) -> ModelPair:
         """The pair on ``device`` ("cpu", "cuda", ...)."""
@@ -107,34 +121,35 @@ class ModelPair:
         target = self.language_model(self.target, self.target_twin)
         return Decoder(target, drafters[drafter](), processing, self.eos_token_ids if stop_at_eos else ())
 
-    def auto_decoder(self, processing, draft_precisions=("bf16", "int8", "int4"), cache_dir=None,
-                     stop_at_eos: bool = True, candidates=None):
+    def auto_decoder(self, processing, draft_precisions=PRECISIONS, cache_dir=None, stop_at_eos: bool = True,
+                     candidates=None):
         """A decoder whose method is chosen step by step by a ``Planner`` from this machine's
         measured forward costs (kept in ``<cache>/costs.json``) and the acceptance seen:
         returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
         candidates draft with the draft model (when the pair has one) or by prompt lookup,
-        whose drafts cost no forward. On torch the draft runs each forward at the precision
-        measured fastest for its rows (its quantised copies are kept in the cache)."""
+        whose drafts cost no forward. On torch on the CPU the draft runs each forward at the
+        precision of ``draft_precisions`` (``models.quantize.PRECISIONS``) measured fastest for
+        its rows (its quantised copies are kept in the cache); elsewhere as loaded."""
         from specbound.engine import Decoder, ModelDrafter, PromptLookupDrafter
         from specbound.engine.costs import CostBook
         from specbound.engine.drafters import DrafterChoice
         from specbound.engine.planner import Planner, default_candidates
         from specbound.models.gguf import default_cache_dir
-        from specbound.models.quantize import quantize
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         book = CostBook(cache / "costs.json")
         device = self.device
-        target_costs = book.costs(self.target, self.precision_of(self.target), device)
+        target_costs = book.costs(self.target, self.cost_precision(self.target), device)
         draft_costs, variants = {}, {}
         if self.draft is not None:
             quantizable = self.backend == "torch" and device.type == "cpu"  # llama.cpp: the file's own type
-            for precision in draft_precisions:
-                if precision == "bf16" or not quantizable:
-                    draft_costs[None] = book.costs(self.draft, self.precision_of(self.draft), device)
-                    continue
-                variants[precision] = quantize(self.draft, precision, cache_dir=cache)
-                draft_costs[precision] = book.costs(variants[precision], precision, device)
+            named = {precision_name(precision, "draft_precisions") for precision in draft_precisions}
+            chosen = named if quantizable else {AS_LOADED}
+            variants = {precision: quantize(self.draft, precision, cache_dir=cache)
+                        for precision in PRECISIONS if precision in chosen - {AS_LOADED}}
+            models = {AS_LOADED: self.draft} | variants
+            draft_costs = {precision: book.costs(model, self.cost_precision(model), device)
+                           for precision, model in models.items() if precision in chosen}
         planner = Planner(target_costs, draft_costs, default_candidates(lookup=True) if candidates is None else candidates)
         eos = self.eos_token_ids if stop_at_eos else ()
         target = self.language_model(self.target, self.target_twin)
@@ -145,9 +160,15 @@ class ModelPair:
             drafters["model"] = ModelDrafter(draft, processing, planner.variant_for_rows)
         return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner
 
-    def precision_of(self, model) -> str:
-        """How ``model``'s weights are held: its torch dtype, or "gguf" (the file's own types)."""
-        return "gguf" if self.backend == "llama.cpp" else str(next(model.parameters()).dtype).removeprefix("torch.")
+    def cost_precision(self, model) -> str:
+        """What the cost book keys ``model``'s costs by (``engine.costs.cost_key``): a
+        quantised copy's precision ("int8", "int4"), else the dtype it was loaded in
+        ("bfloat16", "float32") or "gguf" (a llama.cpp file's own types): a float32 load and a
+        bfloat16 load, both ``AS_LOADED``, are measured apart."""
+        if self.backend == "llama.cpp":
+            return "gguf"
+        precision = precision_of(model)
+        return str(next(model.parameters()).dtype).removeprefix("torch.") if precision == AS_LOADED else precision
 
 
 def checked_device(device) -> torch.device:

@@ -18,6 +18,11 @@ the user's choice and never changed silently.
   proposes it, which is lossless as above and costs only acceptance where the target puts
   mass outside ``keep``.
 
+**One name per precision** (``PRECISIONS``): ``AS_LOADED`` is the model itself, at the dtype
+it was loaded in (``--dtype``: bfloat16 or float32) or, on llama.cpp, at its GGUF file's own
+types; "int8" and "int4" are the copies above. ("bf16", the old name of ``AS_LOADED``, is
+still accepted: ``precision_name``.)
+
 Which precision pays is a property of the machine: measure it (``engine.planner``).
 """
 
@@ -32,7 +37,18 @@ from safetensors.torch import load_file, save_file
 
 INT4_GROUP = 32
 INT4_SHRINK = tuple(1.0 - 0.025 * step for step in range(13))  # 1.0 down to 0.7
-PRECISIONS = ("bf16", "int8", "int4")
+AS_LOADED = "as-loaded"  # the model itself, at its own dtype (module docstring)
+PRECISIONS = (AS_LOADED, "int8", "int4")
+OLD_NAMES = {"bf16": AS_LOADED}  # "bf16" meant "as loaded" even for a float32 model
+
+
+def precision_name(name: str, argument: str = "precision") -> str:
+    """The name of precision ``name`` in ``PRECISIONS`` (an old name accepted), or a
+    ValueError naming ``argument``."""
+    name = OLD_NAMES.get(name, name)
+    if name not in PRECISIONS:
+        raise ValueError(f"{argument}: expected one of {', '.join(PRECISIONS)}, got {name!r}")
+    return name
 
 
 class _QuantizedLinear(torch.nn.Module):
@@ -172,17 +188,16 @@ LAYERS = {"int8": Int8Linear, "int4": Int4Linear}
 
 def quantize(model: torch.nn.Module, precision: str, head: bool = True, cache_dir: Path | str | None = None):
     """A copy of ``model`` whose decoder Linear layers (and output head, with ``head``) run at
-    ``precision`` (``PRECISIONS``); "bf16" returns the model itself. CPU kernels only.
+    ``precision`` (``precision_name``); ``AS_LOADED`` returns the model itself. CPU kernels only.
 
     Quantising the default draft to int4 takes minutes on two cores, so with ``cache_dir``
     the quantised layers are saved once (safetensors, keyed by the model's fingerprint, the
     precision and the torch version) and later loaded in seconds."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    if precision == "bf16":
+    precision = precision_name(precision)
+    if precision == AS_LOADED:
         return model
     if next(model.parameters()).device.type != "cpu":
-        raise ValueError(f"precision: {precision} kernels are CPU kernels; on a GPU keep the draft in bf16")
+        raise ValueError(f"precision: {precision} kernels are CPU kernels; on a GPU keep the model {AS_LOADED}")
     from specbound.engine.costs import model_fingerprint
 
     saved_path = None
@@ -215,6 +230,16 @@ def quantize(model: torch.nn.Module, precision: str, head: bool = True, cache_di
         save_file(produced, str(temporary))
         os.replace(temporary, saved_path)
     return quantized
+
+
+def precision_of(model: torch.nn.Module) -> str:
+    """The precision of a torch model: that of its quantised layers (a ``quantize`` copy),
+    else ``AS_LOADED``."""
+    for module in model.modules():
+        for precision, layer_class in LAYERS.items():
+            if isinstance(module, layer_class):
+                return precision
+    return AS_LOADED
 
 
 def reduce_head(model: torch.nn.Module, keep: int, always=()) -> torch.nn.Module:
