@@ -10,7 +10,7 @@ import pytest
 
 from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
-from specbound.bounds.race import RACE_ACCURACY, RACE_WINDOW, _race_horizon, race_all_in_mass
+from specbound.bounds.race import RACE_ACCURACY, _windows, race_all_in_mass
 from specbound.cli import main
 from specbound.drafts import get_draft_scheme, optimal_acceptance, optimal_acceptance_bruteforce, optimal_acceptance_lp
 
@@ -178,7 +178,7 @@ def test_race_quadrature_meets_its_accuracy_against_enumeration():
 
 def test_race_quadrature_matches_the_pair_formula_at_large_vocabulary():
     """n = 2 has the closed form; the race integral must agree at V = 3000 on peaked rows,
-    including rows whose horizon exceeds RACE_WINDOW (the windowed large-t path)."""
+    including rows whose prefixes span several windows (r over more than one RACE_SPAN band)."""
     rng = np.random.default_rng(5)
     vocab = 3000
     windowed_rows = 0
@@ -187,8 +187,7 @@ def test_race_quadrature_matches_the_pair_formula_at_large_vocabulary():
         draft = np.exp(logits - logits.max())
         draft = rng.permutation(draft / draft.sum())
         remaining = np.concatenate([np.cumsum(draft[::-1])[::-1], [0.0]])
-        support = np.concatenate([[0], np.cumsum(draft > 0)])
-        windowed_rows += _race_horizon(draft, remaining, support, 2) > RACE_WINDOW
+        windowed_rows += len(_windows(np.flatnonzero(remaining > 0), remaining)) > 2
         pairs = prefix_all_in_mass(draft[None], 2, "without_replacement")[0]
         assert np.abs(race_all_in_mass(draft, 2) - pairs).max() <= RACE_ACCURACY
     assert windowed_rows >= 2

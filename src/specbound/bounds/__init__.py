@@ -3,7 +3,8 @@
 - ``coupling``: the optimal-transport LP itself, for an explicit joint law of the drafts;
 - ``subset``: its dual, subset selection — brute force over all subsets, and the fast
   prefix scan in p/q order (q-convexity);
-- ``race``: Q(H) for drafts drawn without replacement, n ≥ 3 (exponential race);
+- ``race``: Q(H) for drafts drawn without replacement, n ≥ 3 (exponential race), and bounds
+  on it that prune the prefix scan;
 - ``tail``: the tail cut, with its proven bound on the move of Σ min(p, q) and of every α*.
 
 Each draft scheme (``specbound.drafts``) applies these to its own law:

@@ -4,8 +4,11 @@ Sampling without replacement is an exponential race: token x arrives at E_x ~ Ex
 independently, and the drafts are the first n arrivals. Q(H) = P(all n drafts ∈ H) is
 then an integral over the arrival time of the first token outside H, whose inner term — a
 Poisson-binomial tail over the tokens of H — does not depend on H's complement, so one
-incremental pass over growing prefixes H_k evaluates every prefix at fixed quadrature
-nodes (``race_all_in_mass``). Letters: q = draft (SPEC.md §0).
+incremental pass over growing prefixes H_k evaluates a window of prefixes at fixed
+quadrature nodes, from the arrival-count law of the tokens before it grouped by draft value
+(``race_all_in_mass``). The prefix scan of α* needs the race only where bounds from the
+n = 2 closed form leave a prefix a chance to minimise (``race_mass_bounds``, used by
+``subset.prefix_scan_optimum``). Letters: q = draft (SPEC.md §0).
 """
 
 from __future__ import annotations
@@ -13,16 +16,24 @@ from __future__ import annotations
 from math import factorial, log
 
 import numpy as np
-from scipy.special import gammaincc, gammainccinv
+from scipy.special import gammaincc, gammainccinv, gammaln
+
+from specbound.bounds.subset import prefix_sums
+from specbound.probability import mass_of_the_others
 
 RACE_TRUNCATION = 1e-13  # each neglected piece of the integral is below this
 RACE_NODES_PER_OCTAVE = 3  # trapezoid step ln(2)/3 in ln t; a node's successor is at 2t
-RACE_WINDOW = 600.0  # at node t only prefixes with t·q(H^c) ≤ 600 are summed: e^600 is finite
+RACE_SPAN = 16.0  # a window's prefixes have r_first / r_last ≤ 16, so e^{t q(window)} < e^{520}
+RACE_GAP = 512  # needed prefixes more than this many tokens apart go to separate windows
+RACE_LARGE_COUNT = 80  # a head with n + 80 tokens of e^{tq} − 1 > 1: P(< n arrive) < 1e-18
 RACE_ACCURACY = 1e-11  # |error of Q(H)| observed below 1e-12; tests hold it to this bound
+BOUND_SLACK = 1e-12  # race_mass_bounds' allowance for rounding
+BLOCK_ELEMENTS = 2**18  # the [nodes, tokens] arrays of one pass (fresh large arrays are slow here)
 
 
-def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
-    """Q(H_k) = P(n draws without replacement all land in H_k), every prefix k = 0..V.
+def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
+    """Q(H_k) = P(n draws without replacement all land in H_k) for every prefix k = 0..V,
+    or only where ``needed`` [V + 1] bool is True (NaN elsewhere).
 
     Math (SPEC.md §4.2). Sampling without replacement is an exponential race: token x
     arrives at E_x ~ Exp(q(x)), independently, and the drafts are the first n arrivals.
@@ -32,157 +43,254 @@ def race_all_in_mass(draft_row, num_drafts: int) -> np.ndarray:
              = (1 + r)^{−n} + ∫_0^∞ r e^{−rt} (W(t) − G_H(t)) dt,
 
     with the control variate W(t) = P(Erlang(n, 1) > t), whose transform is known;
-    W − G vanishes like t^n at 0, so the integrand decays at both ends of ln t.
-    G_H(t) = e^{−t q(H)} Σ_{c<n} e_c(a), a_x = e^{t q(x)} − 1 (e_c = elementary symmetric
-    sums), and e_c over the growing prefixes is a chain of cumulative sums of positive
-    terms — the incremental Poisson-binomial DP at fixed nodes, stable and vectorised.
-    The integral is a trapezoid rule in ln t with ``RACE_NODES_PER_OCTAVE`` nodes per
-    doubling of t (so a(2t) = a(t)(a(t) + 2) costs no exponential), truncated where every
-    neglected piece is below ``RACE_TRUNCATION``. At large t only prefixes with small
-    r·t matter; they are summed relative to the prefix where that window opens, whose
-    arrival-count law is a separate exact product (``_head_count_law``).
-    # draft_row [vocab] in scan order -> [vocab + 1]
+    W − G vanishes like t^n at 0, so the integrand decays at both ends of ln t. The
+    integral is a trapezoid rule in ln t with ``RACE_NODES_PER_OCTAVE`` nodes per doubling
+    of t (so a(2t) = a(t)(a(t) + 2) costs no exponential), truncated where every neglected
+    piece is below ``RACE_TRUNCATION``.
+
+    The prefixes go in windows of consecutive prefixes (``_windows``). In a window starting
+    at prefix k0, G = Σ_{c<n} P(c head tokens arrived)·P(fewer than n − c window tokens
+    arrived): the head's arrival-count law is one product over its distinct draft values
+    (``_head_count_law``), and the window's over growing prefixes is e^{−t q(W)} Σ_c e_c(a),
+    a_x = e^{t q(x)} − 1 (elementary symmetric sums), a chain of cumulative sums of positive
+    terms — stable and vectorised. A window's r varies by at most ``RACE_SPAN``, so its
+    sums stay finite up to its horizon.
+    # draft_row [vocab] in scan order, needed [vocab + 1] bool or None -> [vocab + 1]
     """
     draft = np.asarray(draft_row, dtype=np.float64)
-    vocab_size, n = draft.shape[0], num_drafts
-    remaining = np.zeros(vocab_size + 1)  # r_k = q(H_k^c), summed from the tail for accuracy
+    n = num_drafts
+    remaining = np.zeros(draft.shape[0] + 1)  # r_k = q(H_k^c), summed from the tail for accuracy
     np.cumsum(draft[::-1], out=remaining[-2::-1])
     support = np.concatenate([[0], np.cumsum(draft > 0)])  # tokens of H_k that can be drawn
-    horizon = _race_horizon(draft, remaining, support, n)
-    certain = np.where(support >= n, 1.0, 0.0)  # Q when H_k holds the whole draft support
-    if horizon is None:
-        return certain
-    if not np.isfinite(horizon):
-        raise ValueError(
-            "draft_probs: the n-th largest draft masses are too small (subnormal) for the "
-            "exponential-race quadrature"
-        )
+    mass = np.where(support >= n, 1.0, 0.0)  # Q when H_k holds the whole draft support, or too little
+    integral = (support >= n) & (remaining > 0)
+    wanted = integral if needed is None else integral & np.asarray(needed, dtype=bool)
+    head = _Head(draft)
+    for first, last in _windows(np.flatnonzero(wanted), remaining):
+        values, counts = head.upto(first)
+        mass[first : last + 1] = _window_mass(draft, remaining, first, last, n, values, counts)
+    mass = np.where(integral, np.clip(mass, 0.0, 1.0), mass)
+    return mass if needed is None else np.where(needed, mass, np.nan)
 
+
+def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds on Q(H_k), every prefix, from Q_2 (the n = 2 closed form).
+
+    Given the first i draws in H with mass s, the next lands in H with probability
+    f(s) = (q(H) − s)/(1 − s) = 1 − r/(1 − s), r = q(H^c), which lies between f(T_i)
+    (T_i: the i largest masses of H) and q(H). f is concave, so by Jensen the third draw's
+    E[f(s_2) | first two in H] is at most f(m), m = E[q(x_1) + q(x_2); both in H] / Q_2, a
+    closed form like Q_2's. So
+
+        Q_2·Π_{2≤i<n} f(T_i) ≤ Q(H) ≤ Q_2·f(m)·q(H)^{n−3},
+
+    exact (0 or 1) where H holds fewer than n drawable tokens or all of them. Both are moved
+    outwards for rounding: r, m and 1 − T_i by relative 1e-12, 1e-10 and absolute
+    ``BOUND_SLACK``, the bounds by ``BOUND_SLACK``.
+    # draft_in_order [rows, vocab], pair_mass [rows, vocab + 1] -> [rows, vocab + 1] x2
+    """
+    inside, spread = prefix_sums(draft_in_order), mass_of_the_others(draft_in_order)  # q(H), 1 − q(x)
+    rest = np.zeros(inside.shape)  # r = q(H^c), summed from the tail: exact 0 for the whole vocabulary
+    np.cumsum(draft_in_order[:, ::-1], axis=1, out=rest[:, -2::-1])
+    weighted = [prefix_sums(draft_in_order**power / spread) for power in (1, 2, 3)]  # Σ_H q^j/(1 − q)
+    squares = prefix_sums(draft_in_order**2)
+    # E[(q(x1) + q(x2)); x1, x2 ∈ H] = Σ_x q_x/(1 − q_x)·[q_x (q(H) − q_x) + Σ_{y∈H} q_y² − q_x²]
+    terms = (inside * weighted[1], 2.0 * weighted[2], squares * weighted[0])
+    drawn = np.maximum(terms[0] - terms[1] + terms[2] - 1e-10 * sum(terms), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(pair_mass > 0, drawn / pair_mass, 0.0)
+    low_rest, high_rest = rest * (1.0 - 1e-12), rest * (1.0 + 1e-12)
+    upper = pair_mass * _next_in(low_rest, 1.0 - mean) * (1.0 - low_rest) ** (num_drafts - 3) + BOUND_SLACK
+    lower = pair_mass.copy()
+    largest = np.zeros(pair_mass.shape)  # T_i, summed level by level
+    level = None  # the i-th largest mass of each prefix
+    for i in range(1, num_drafts):
+        below = draft_in_order if level is None else np.minimum(draft_in_order, np.concatenate(
+            [np.zeros((level.shape[0], 1)), level[:, :-1]], axis=1))
+        level = np.maximum.accumulate(below, axis=1)  # running max of what the i − 1 larger leave
+        largest[:, 1:] += level
+        if i >= 2:
+            lower *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
+    lower -= BOUND_SLACK
+    support = prefix_sums((draft_in_order > 0).astype(np.float64))
+    exact = np.where(support >= num_drafts, 1.0, 0.0)
+    known = (support < num_drafts) | (rest <= 0)
+    return np.where(known, exact, np.clip(lower, 0.0, 1.0)), np.where(known, exact, np.clip(upper, 0.0, 1.0))
+
+
+def _next_in(rest, room):
+    """f = 1 − r/(1 − s) in [0, 1], given r and room = 1 − s (0 where room ≤ 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(room > 0, np.clip(1.0 - rest / np.where(room > 0, room, 1.0), 0.0, 1.0), 0.0)
+
+
+def _windows(prefixes: np.ndarray, remaining: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last) prefix ranges covering ``prefixes`` (sorted): a new window starts after
+    a gap of more than ``RACE_GAP`` tokens and where r leaves a band [RACE_SPAN^−(j+1), RACE_SPAN^−j)."""
+    if prefixes.size == 0:
+        return []
+    band = np.floor(-np.log(remaining[prefixes]) / np.log(RACE_SPAN))
+    starts = np.flatnonzero(np.concatenate([[True], (np.diff(prefixes) > RACE_GAP) | (np.diff(band) != 0)]))
+    ends = np.concatenate([starts[1:], [prefixes.size]]) - 1
+    return list(zip(prefixes[starts].tolist(), prefixes[ends].tolist()))
+
+
+class _Head:
+    """The distinct positive draft values of the first k tokens with their counts, grown
+    window by window (each token is grouped once)."""
+
+    def __init__(self, draft):
+        self.draft, self.end = draft, 0
+        self.values, self.counts = np.zeros(0), np.zeros(0, dtype=np.int64)
+
+    def upto(self, end: int):
+        if end > self.end:
+            piece = self.draft[self.end : end]
+            values, counts = np.unique(np.concatenate([self.values, piece[piece > 0]]), return_counts=True)
+            if self.values.size:  # the old values carry their counts, not one each
+                old = np.searchsorted(values, self.values)
+                counts[old] += self.counts - 1
+            self.values, self.counts, self.end = values, counts, end
+        return self.values, self.counts
+
+
+def _window_mass(draft, remaining, first, last, n, head_values, head_counts) -> np.ndarray:
+    """Q on the prefixes first..last (module function's docstring). # -> [last − first + 1]"""
+    tokens = draft[first:last]  # the window's tokens: prefix first + i holds the first i of them
+    rates = remaining[first : last + 1]
     step = log(2.0) / RACE_NODES_PER_OCTAVE
     start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))  # ∫_0^start ≤ truncation
+    horizon = _race_horizon(draft, first, rates[-1], n)
+    if not np.isfinite(horizon) or horizon > 1e300:
+        raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
+                         "exponential-race quadrature")
     last_offset = (RACE_NODES_PER_OCTAVE - 1) / RACE_NODES_PER_OCTAVE  # in octaves
     num_octaves = max(1, int(np.ceil(np.log2(horizon / start) - last_offset)) + 1)
-    offsets = step * np.arange(RACE_NODES_PER_OCTAVE)
-    control_weights = np.zeros(vocab_size + 1)  # Σ_nodes h t W(t) e^{−r_k t}
-    count_diffs = np.zeros(vocab_size + 1)  # differences in k of Σ_nodes h t e^{−r_k t} G_k(t)
-    arrival = np.empty((RACE_NODES_PER_OCTAVE, vocab_size))  # a = e^{tq} − 1 per node, token
-    decay = np.empty((RACE_NODES_PER_OCTAVE, vocab_size + 1))  # e^{−r_k t}
-    level = np.zeros_like(arrival)  # e_c over prefixes, at each token's own prefix
-    term = np.empty_like(arrival)
-    windowed = np.empty_like(arrival)  # a, zeroed before each node's window
-    row_sum = np.empty(vocab_size + 1)  # gemv output (fresh large arrays are slow here)
-    for octave in range(num_octaves):
-        times = start * 2.0**octave * np.exp(offsets)  # [nodes]
-        control = gammaincc(n, times)  # W(t) = P(Erlang(n, 1) > t)
-        needs_control = control.max() > RACE_TRUNCATION * 1e-3  # W falls as t grows
-        if octave == 0:
-            np.expm1(times[:, None] * draft[None, :], out=arrival)
-            np.exp(-times[:, None] * remaining[None, :], out=decay)
-        else:
-            np.add(arrival, 2.0, out=term)
-            with np.errstate(over="ignore"):
-                np.multiply(arrival, term, out=arrival)  # e^{2tq} − 1 from e^{tq} − 1
-            if times[-1] * draft.max() > RACE_WINDOW:  # keep tokens outside windows finite
-                np.minimum(arrival, np.exp(RACE_WINDOW + 50.0), out=arrival)
-            if needs_control:
-                np.multiply(decay, decay, out=decay)  # e^{−2rt} from e^{−rt}
-        if needs_control:
-            control_weights += np.dot(step * times * control, decay, out=row_sum)
-
-        # Window: prefixes k ≥ k0 with r_{k0} ≤ WINDOW/t; e^{−r_k t} < e^{−600} before it.
-        window_start = np.searchsorted(-remaining, -RACE_WINDOW / times, side="left")
-        head = np.zeros((len(times), n))
-        head[:, 0] = 1.0
-        windowed_or_all = arrival
-        if np.any(window_start > 0):
-            windowed_or_all = windowed
-            np.copyto(windowed, arrival)
-            for node in np.flatnonzero(window_start > 0):
-                k0 = window_start[node]
-                head[node] = _head_count_law(arrival[node, :k0], draft[:k0], times[node], n)
-                windowed[node, :k0] = 0.0
-        # G_k e^{−r_k t} = e^{−r_{k0} t} Σ_{c<n} coef_c e_c^{(k)}, coef_c = Σ_{i<n−c} head_i,
-        # and e_c^{(k)} − e_c^{(k−1)} = a_{k−1} e_{c−1}^{(k−1)}, so the k-differences need
-        # e_0..e_{n−2} at each token's own prefix only.
-        coef = np.cumsum(head, axis=1)[:, ::-1]  # [nodes, n]
-        weight = step * times * np.exp(-remaining[window_start] * times)  # [nodes]
-        np.add.at(count_diffs, window_start, weight * coef[:, 0])
-        level_term = windowed_or_all  # a · e_0 (e_0 = 1 on the window, a = 0 before it)
+    times = start * 2.0 ** (np.arange(num_octaves * RACE_NODES_PER_OCTAVE) / RACE_NODES_PER_OCTAVE)
+    control = gammaincc(n, times)  # W(t) = P(Erlang(n, 1) > t)
+    coef = np.cumsum(_head_count_law(head_values, head_counts, times, n), axis=1)[:, ::-1]  # Σ_{i<n−c} head_i
+    weight = step * times * np.exp(-rates[0] * times)  # [nodes]
+    control_weights = np.zeros(rates.size)  # Σ_nodes h t W(t) e^{−r_k t}
+    count_diffs = np.zeros(rates.size)  # differences in k of Σ_nodes h t e^{−r_k t} G_k(t)
+    count_diffs[0] = weight @ coef[:, 0]
+    octaves_per_block = max(1, BLOCK_ELEMENTS // (RACE_NODES_PER_OCTAVE * rates.size))
+    arrival = decay = None
+    for block_start in range(0, num_octaves, octaves_per_block):
+        block = range(block_start, min(num_octaves, block_start + octaves_per_block))
+        nodes = slice(block.start * RACE_NODES_PER_OCTAVE, block.stop * RACE_NODES_PER_OCTAVE)
+        arrival, decay = _doubled(tokens, rates, times[nodes], arrival, decay)
+        needs_control = control[nodes] > RACE_TRUNCATION * 1e-3
+        if np.any(needs_control):
+            control_weights += (step * times[nodes] * control[nodes])[needs_control] @ decay[needs_control]
+        # e_c^{(k)} − e_c^{(k−1)} = a_{k−1} e_{c−1}^{(k−1)}: e_0..e_{n−2} at each token's own prefix
+        level_term = arrival
         for c in range(1, n):
-            count_diffs[1:] += np.dot(weight * coef[:, c], level_term, out=row_sum[1:])
+            count_diffs[1:] += (weight[nodes] * coef[nodes, c]) @ level_term
             if c < n - 1:
+                level = np.zeros_like(arrival)
                 np.cumsum(level_term[:, :-1], axis=1, out=level[:, 1:])  # e_c
-                np.multiply(windowed_or_all, level, out=term)
-                level_term = term
-    control_integral = control_weights - np.cumsum(count_diffs)
-    mass = (1.0 + remaining) ** (-n) + remaining * control_integral
-    mass = np.where(remaining > 0, np.clip(mass, 0.0, 1.0), certain)
-    return np.where(support >= n, mass, 0.0)
+                level_term = arrival * level
+    return (1.0 + rates) ** (-n) + rates * (control_weights - np.cumsum(count_diffs))
 
 
-def _race_horizon(draft, remaining, support, n) -> float | None:
-    """Largest node t needed: beyond it every prefix's integrand is below truncation.
+def _doubled(tokens, rates, times, arrival, decay):
+    """a = e^{tq} − 1 per node and token, and e^{−r t} per node and prefix, at ``times``
+    (whole octaves): by exponentials for the first octave, else by doubling the octave
+    before (``arrival``, ``decay``: the previous block's rows, its last octave used).
+    # -> [nodes, tokens], [nodes, prefixes]"""
+    width = RACE_NODES_PER_OCTAVE
+    new_arrival = np.empty((len(times), tokens.size))
+    new_decay = np.empty((len(times), rates.size))
+    if arrival is not None:
+        arrival, decay = arrival[-width:], decay[-width:]
+    for rows in range(0, len(times), width):
+        rows = slice(rows, rows + width)
+        if arrival is None:
+            np.expm1(times[rows, None] * tokens[None, :], out=new_arrival[rows])
+            np.exp(-times[rows, None] * rates[None, :], out=new_decay[rows])
+        else:
+            np.multiply(arrival, arrival + 2.0, out=new_arrival[rows])  # e^{2tq} − 1 from e^{tq} − 1
+            np.multiply(decay, decay, out=new_decay[rows])  # e^{−2rt} from e^{−rt}
+        arrival, decay = new_arrival[rows], new_decay[rows]
+    return new_arrival, new_decay
+
+
+def _race_horizon(draft, first, last_rate, n) -> float:
+    """Largest node t a window needs: beyond it every prefix's integrand is below truncation.
 
     G_H(t) ≤ n e^{−q_(n)(H) t} (q_(n)(H) = n-th largest q in H) and the weight decays as
-    e^{−r t}, so t = ln(n/truncation) / min_k max(r_k, q_(n)(H_k)) suffices; r_k falls and
-    q_(n)(H_k) rises with k, so the minimum sits at their crossing (binary search).
-    Also covers W(t) < truncation. None when no prefix needs the integral.
+    e^{−r t}; over the window r ≥ r_last and q_(n)(H) ≥ q_(n)(H_first), so
+    t = ln(n/truncation) / max(r_last, q_(n)(H_first)) suffices. Also covers W(t) < truncation.
     """
-    needed = np.flatnonzero((support >= n) & (remaining > 0))
-    if needed.size == 0:
-        return None
-
-    def nth_largest(k):
-        return np.partition(draft[:k], k - n)[k - n]
-
-    low, high = needed[0], needed[-1] + 1
-    while low < high:  # first k with nth_largest(k) ≥ r_k
-        middle = (low + high) // 2
-        if nth_largest(middle) >= remaining[middle]:
-            high = middle
-        else:
-            low = middle + 1
-    rate = min(
-        max(remaining[k], nth_largest(k)) for k in (low - 1, low) if needed[0] <= k <= needed[-1]
-    )
+    nth_largest = np.partition(draft[:first], first - n)[first - n] if first >= n else 0.0
+    rate = max(last_rate, nth_largest)
     return max(log(n / RACE_TRUNCATION) / rate, float(gammainccinv(n, RACE_TRUNCATION)))
 
 
-def _head_count_law(arrival, draft, time, n) -> np.ndarray:
-    """P(c of the given tokens arrived by ``time``), c = 0..n−1, as a vector [n].
+def _head_count_law(values, counts, times, n) -> np.ndarray:
+    """P(c head tokens arrived by t), c = 0..n−1, at every node; the head's tokens given as
+    distinct draft values and their counts.  # [distinct] x2, [nodes] -> [nodes, n]
 
-    Tokens with a = e^{tq} − 1 ≤ 1 enter through power sums, exactly:
-    Π(1 + a z) = exp(Σ_m (−1)^{m+1} P_m z^m / m) mod z^n, with P_m = Σ a^m (stable since
-    a ≤ 1); the others through a product of (1 − s) + s z factors, s = a/(1 + a).
+    Values with a = e^{tq} − 1 ≤ 1 enter through power sums, exactly:
+    Π(1 + a z)^m = exp(Σ_j (−1)^{j+1} P_j z^j / j) mod z^n, with P_j = Σ m a^j (stable since
+    a ≤ 1); the others through binomial laws Bin(m, 1 − e^{−tq}) truncated at n. A node
+    where n + ``RACE_LARGE_COUNT`` head tokens have a > 1 (each arrived with probability
+    > ½) gets the law 0: P(< n arrived) ≤ P(Bin(n + 80, ½) < n) < 1e-18 there, and for every
+    prefix holding the head.
     """
-    small = arrival <= 1.0
-    small_arrival = arrival[small]
-    log_series = np.zeros(n)
-    log_series[0] = -time * draft[small].sum()
+    law = np.zeros((times.size, n))
+    if values.size == 0:
+        law[:, 0] = 1.0
+        return law
+    order = np.argsort(-values, kind="stable")
+    values, counts = values[order], counts[order].astype(np.float64)
+    # values that can be large at a node not given the law 0: the largest, n + 80 tokens' worth
+    candidates = int(np.searchsorted(np.cumsum(counts), n + RACE_LARGE_COUNT)) + 1
+    nodes_per_block = max(1, BLOCK_ELEMENTS // values.size)
+    for start in range(0, times.size, nodes_per_block):
+        rows = slice(start, start + nodes_per_block)
+        law[rows] = _head_block_law(values, counts, times[rows], n, candidates)
+    return law
+
+
+def _head_block_law(values, counts, times, n, candidates) -> np.ndarray:
+    with np.errstate(over="ignore"):  # inf is a large value: a binomial factor
+        arrival = np.expm1(times[:, None] * values[None, :])  # [nodes, distinct]
+    large = arrival > 1.0
+    small_arrival = np.where(large, 0.0, arrival)
+    log_series = np.zeros((times.size, n))
+    log_series[:, 0] = -times * (np.where(large, 0.0, values[None, :]) @ counts)
     power = np.ones_like(small_arrival)
     for m in range(1, n):
-        power = power * small_arrival
-        log_series[m] = (-1) ** (m + 1) * power.sum() / m
-    law = np.zeros(n)  # exp of the series: c law_c = Σ_{i=1..c} i log_i law_{c−i}
-    law[0] = np.exp(log_series[0])
+        power *= small_arrival
+        log_series[:, m] = (-1) ** (m + 1) * (power @ counts) / m
+    law = np.zeros((times.size, n))  # exp of the series: c law_c = Σ_{i=1..c} i log_i law_{c−i}
+    law[:, 0] = np.exp(log_series[:, 0])
     for c in range(1, n):
-        law[c] = sum(i * log_series[i] * law[c - i] for i in range(1, c + 1)) / c
-    large = arrival[~small]
-    factors = np.zeros((large.size + 1, n))
-    factors[0] = law
-    factors[1:, 0] = 1.0 / (1.0 + large)
-    factors[1:, 1] = large / (1.0 + large)
-    return _truncated_product(factors)
+        law[:, c] = sum(i * log_series[:, i] * law[:, c - i] for i in range(1, c + 1)) / c
+    top = slice(0, min(candidates, values.size))
+    value, count = values[top][None, :, None], counts[top][None, :, None]
+    arrived = np.arange(n)[None, None, :]
+    t = times[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_binomial = (gammaln(count + 1) - gammaln(arrived + 1) - gammaln(count - arrived + 1)
+                        + arrived * np.log(-np.expm1(-t * value)) - (count - arrived) * t * value)
+    binomial = np.where(arrived <= count, np.exp(log_binomial), 0.0)  # [nodes, candidates, n]
+    identity = np.eye(1, n)[None, :, :]
+    factors = np.where(large[:, top, None], binomial, identity)
+    law = _truncated_product(np.concatenate([law[:, None, :], factors], axis=1))
+    law[(large * counts).sum(axis=1) >= n + RACE_LARGE_COUNT] = 0.0
+    return law
 
 
 def _truncated_product(factors: np.ndarray) -> np.ndarray:
-    """Product of polynomials mod z^n by pairwise halving.  # [m, n] -> [n]"""
-    n = factors.shape[1]
-    while factors.shape[0] > 1:
-        if factors.shape[0] % 2:
-            factors = np.vstack([factors, np.eye(1, n)])
-        left, right = factors[0::2], factors[1::2]
+    """Product of polynomials mod z^n by pairwise halving, per node.  # [nodes, m, n] -> [nodes, n]"""
+    n = factors.shape[2]
+    while factors.shape[1] > 1:
+        if factors.shape[1] % 2:
+            factors = np.concatenate([factors, np.broadcast_to(np.eye(1, n), (factors.shape[0], 1, n))], axis=1)
+        left, right = factors[:, 0::2], factors[:, 1::2]
         factors = np.stack(
-            [sum(left[:, i] * right[:, c - i] for i in range(c + 1)) for c in range(n)], axis=1
+            [sum(left[:, :, i] * right[:, :, c - i] for i in range(c + 1)) for c in range(n)], axis=2
         )
-    return factors[0]
+    return factors[:, 0]

@@ -10,7 +10,8 @@ both generic in the draft law (each draft scheme says how to compute its Q):
 - ``bruteforce_optimum``: all 2^V subsets, from an enumerated joint law (tiny V only);
 - ``prefix_scan_optimum``: by q-convexity [HU] the minimum is attained on a prefix of the
   tokens sorted by p/q ascending (``scan_order``), so only the V + 1 prefixes are checked,
-  given Q on every prefix: O(V log V), batched, at real vocabulary sizes.
+  given Q on every prefix: O(V log V), batched, at real vocabulary sizes; with bounds on Q,
+  Q is computed only on the prefixes the bounds leave a chance to minimise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 MAX_BRUTEFORCE_VOCAB = 16
 MAX_BRUTEFORCE_ENTRIES = 20_000_000  # 2^V subsets x K draft tuples
 SCAN_ROW_BLOCK = 4  # rows scanned together: larger blocks fall out of cache at V ~ 150k
+PRUNING_MARGIN = 1e-12  # above the rounding of the gaps and their bounds (running sums of ≤ 1)
 
 
 @dataclass(frozen=True)
@@ -136,20 +138,33 @@ def prefix_sums(values: np.ndarray) -> np.ndarray:
 
 
 def prefix_scan_optimum(
-    target: np.ndarray, draft: np.ndarray, all_in_mass: Callable[[np.ndarray], np.ndarray]
+    target: np.ndarray, draft: np.ndarray, all_in_mass: Callable, mass_bounds: Callable | None = None
 ) -> OptimalAcceptance:
     """α* = 1 + min_k [p(H_k) − Q(H_k)] over the prefixes H_k of the scan order, and
     H* = the shortest minimising prefix. ``all_in_mass`` maps the draft rows permuted into
     scan order to Q on every prefix (``[rows, vocab] -> [rows, vocab + 1]``); it is the
     draft scheme's own formula. Rows go in blocks of ``SCAN_ROW_BLOCK``.
+
+    With ``mass_bounds`` (ordered draft rows -> lower, upper bounds on Q, both [rows, vocab + 1])
+    only the prefixes that can minimise are computed exactly: every gap is at most
+    p(H_k) − lower_k, so a prefix with p(H_k) − upper_k above the smallest of those (by more
+    than rounding, ``PRUNING_MARGIN``) is not a minimiser. ``all_in_mass`` then takes the
+    mask of the prefixes to compute as a second argument (others may be NaN).
     # target, draft [batch, vocab] (checked) -> OptimalAcceptance ([batch], [batch, vocab])
     """
     acceptance, subsets = [], []
     for start in range(0, target.shape[0], SCAN_ROW_BLOCK):
         rows = slice(start, start + SCAN_ROW_BLOCK)
         order = scan_order(target[rows], draft[rows])
-        mass = all_in_mass(np.take_along_axis(draft[rows], order, axis=1))
-        gaps = prefix_sums(np.take_along_axis(target[rows], order, axis=1)) - mass  # [rows, V+1]
+        ordered_draft = np.take_along_axis(draft[rows], order, axis=1)
+        inside = prefix_sums(np.take_along_axis(target[rows], order, axis=1))  # p(H_k), [rows, V+1]
+        if mass_bounds is None:
+            gaps = inside - all_in_mass(ordered_draft)
+        else:
+            lower, upper = mass_bounds(ordered_draft)
+            ceiling = np.min(inside - lower, axis=1, keepdims=True)
+            needed = inside - upper <= ceiling + PRUNING_MARGIN
+            gaps = np.where(needed, inside - all_in_mass(ordered_draft, needed), np.inf)
         best = np.argmin(gaps, axis=1)  # first minimiser: the shortest prefix
         acceptance.append(1.0 + np.take_along_axis(gaps, best[:, None], axis=1)[:, 0])
         subset = np.zeros(order.shape, dtype=bool)

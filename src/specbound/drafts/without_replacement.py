@@ -18,8 +18,8 @@ import itertools
 import numpy as np
 import torch
 
-from specbound.bounds.race import race_all_in_mass
-from specbound.bounds.subset import prefix_sums
+from specbound.bounds.race import race_all_in_mass, race_mass_bounds
+from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import mass_of_the_others, sample_from_torch, uniforms_torch
 
@@ -83,3 +83,14 @@ class WithoutReplacement(DraftScheme):
             top_term = top_value**2 * top_share
             return inside**2 - outside * prefix_sums(squares) - top_term
         return np.stack([race_all_in_mass(row, num_drafts) for row in draft_in_order])
+
+    def _optimum(self, target, draft, num_drafts):
+        if num_drafts <= 2:
+            return super()._optimum(target, draft, num_drafts)
+        # the race only where its bounds from the n = 2 closed form leave a prefix a chance
+        return prefix_scan_optimum(
+            target, draft,
+            lambda ordered, needed: np.stack([race_all_in_mass(row, num_drafts, mask)
+                                              for row, mask in zip(ordered, needed)]),
+            mass_bounds=lambda ordered: race_mass_bounds(ordered, num_drafts, self.all_in_mass(ordered, 2)),
+        )
