@@ -3,7 +3,10 @@ own cut, the protected tokens stay, and the tail factor is its definition."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from edge_cases import distribution_pairs
 from specbound.bounds.tail import cut_tail, cut_tails, tail_factor
 
 
@@ -80,3 +83,21 @@ def test_tail_factor_sums_the_mass_left_after_the_largest_draft_tokens(rng):
         assert tail_factor(draft, num_drafts) == pytest.approx(np.sum(1.0 / (1.0 - largest)), rel=1e-12)
     peaked = np.array([1.0, 1e-17, 1e-17, 0.0])
     assert tail_factor(peaked, 3) == pytest.approx(1.0 + 1.0 / 2e-17 + 1.0 / 1e-17, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(pair=distribution_pairs(max_vocab=40), budget=st.sampled_from([1e-6, 1e-3, 0.05, 0.5]), flat=st.booleans())
+def test_cut_tails_keeps_the_reference_cut_on_edge_cases(pair, budget, flat):
+    """Every n's cut is the token-by-token reference's, also where the largest draft tokens
+    are themselves below the budget (a flat draft: they are protected for one n, free for a
+    smaller one), with ties, zeros and subnormal masses."""
+    target, draft = (row / row.sum() for row in pair)
+    if flat:
+        draft = np.full(draft.size, 1.0 / draft.size)
+    for count, cut in cut_tails(target, draft, budget, [1, 2, 3, 4, 6]).items():
+        with np.errstate(divide="ignore", invalid="ignore"):  # a point-mass draft: factor ∞
+            kept, dropped_target, dropped_draft = reference_cut(target, draft, budget, count)
+        np.testing.assert_allclose(cut.target, target[kept] / target[kept].sum(), rtol=1e-12)
+        np.testing.assert_allclose(cut.draft, draft[kept] / draft[kept].sum(), rtol=1e-12)
+        assert cut.dropped_target == pytest.approx(dropped_target, rel=1e-12, abs=1e-300)
+        assert cut.dropped_draft == pytest.approx(dropped_draft, rel=1e-12, abs=1e-300)

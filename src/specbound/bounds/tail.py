@@ -65,36 +65,55 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     B = δp + δq·tail_factor(n) ≤ ``budget``; renormalise.
 
     Tokens are dropped by octaves of max(p, q) (all below 2^k for the largest k that fits
-    the budget), which costs O(vocab) instead of a sort; what does not depend on n (the
-    octaves, their masses) is computed once for all n. The n largest draft tokens and the
-    largest target token are never dropped.
+    the budget; the octave is the float's exponent field), which costs O(vocab) instead of a
+    sort. What does not depend on n is computed once for all n: the octaves' masses, and the
+    tokens the largest cut keeps (a larger tail factor drops fewer octaves, so each cut keeps
+    a subset of the next larger's). The n largest draft tokens and the largest target token
+    are never dropped.
     # [vocab], [vocab] -> {n: TailCut}"""
-    likely = np.maximum(target, draft)
-    keep = likely > 0
+    likely = np.maximum(target, draft).astype(np.float64, copy=False)
     if budget <= 0:
+        keep = likely > 0
         kept = _renormalised(target, draft, keep)
         return {count: TailCut(*kept, float(target[~keep].sum()), float(draft[~keep].sum()),
                                float(target[~keep].sum())) for count in counts}
     factors = tail_factors(draft, counts)
-    droppable = (likely <= budget) & keep  # a dropped token alone adds p + factor·q ≥ max(p, q)
-    droppable[np.argmax(target)] = False
     largest = top_tokens(draft[None, :], min(max(counts), draft.size))[0]
-    candidates = np.flatnonzero(droppable)
-    octave = np.floor(np.log2(likely[candidates])).astype(np.int64)  # token in [2^o, 2^(o+1))
-    octave -= octave.min() if octave.size else 0
+    protected = np.concatenate([[np.argmax(target)], largest])
+    octave = (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)  # 0: zeros and subnormals
+    droppable = (likely <= budget) & (likely > 0)  # a dropped token alone adds p + factor·q ≥ max(p, q)
+    free = droppable.copy()
+    free[protected] = False
+    free_octave = octave[free]
+    target_mass = np.bincount(free_octave, weights=target[free], minlength=2048)
+    draft_mass = np.bincount(free_octave, weights=draft[free], minlength=2048)
+    drop_from, extras = {}, {}  # n -> octaves below it are dropped; the draft tokens free at n only
+    for count in counts:
+        extras[count] = np.array([token for token in largest[count:] if droppable[token] and token != protected[0]],
+                                 dtype=np.int64)
+        weights = target_mass + factors[count] * draft_mass
+        np.add.at(weights, octave[extras[count]], target[extras[count]] + factors[count] * draft[extras[count]])
+        drop_from[count] = int(np.searchsorted(np.cumsum(weights), budget, side="right"))
+    # the widest cut's tokens: every cut keeps a subset of them
+    never = np.iinfo(np.int64).max
+    rank = np.where(droppable, octave, never)  # a token is kept by the cuts dropping octaves up to its rank
+    rank[protected] = never
+    rank[likely <= 0] = -1  # p = q = 0: dropped by every cut
+    widest = np.flatnonzero(rank >= min(drop_from.values()))
+    widest_rank, widest_target, widest_draft = rank[widest], target[widest], draft[widest]
+    position = np.full(draft.size, -1)
+    position[widest] = np.arange(widest.size)
     cuts = {}
     for count in counts:
-        protected = largest[: min(count, draft.size)]
-        free = np.ones(candidates.size, dtype=bool)
-        free[np.searchsorted(candidates, protected[droppable[protected]])] = False
-        weights = target[candidates[free]] + factors[count] * draft[candidates[free]]
-        move = np.cumsum(np.bincount(octave[free], weights=weights))
-        dropped_octaves = int(np.searchsorted(move, budget, side="right"))  # octaves 0 .. k−1 fit
-        kept = keep.copy()
-        kept[candidates[free & (octave < dropped_octaves)]] = False
-        dropped_target, dropped_draft = float(target[~kept].sum()), float(draft[~kept].sum())
-        cuts[count] = TailCut(*_renormalised(target, draft, kept), dropped_target, dropped_draft,
-                              dropped_target + factors[count] * dropped_draft)
+        kept = widest_rank >= drop_from[count]
+        extra = extras[count]
+        kept[position[extra]] = octave[extra] >= drop_from[count]
+        dropped_extra = extra[octave[extra] < drop_from[count]]
+        kept_target, kept_draft = widest_target[kept], widest_draft[kept]
+        dropped_target = float(target_mass[: drop_from[count]].sum() + target[dropped_extra].sum())
+        dropped_draft = float(draft_mass[: drop_from[count]].sum() + draft[dropped_extra].sum())
+        cuts[count] = TailCut(kept_target / kept_target.sum(), kept_draft / kept_draft.sum(), dropped_target,
+                              dropped_draft, dropped_target + factors[count] * dropped_draft)
     return cuts
 
 
