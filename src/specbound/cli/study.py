@@ -36,12 +36,14 @@ RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 
 
 def run(args: argparse.Namespace) -> int:
+    preset_datasets = apply_preset(args)
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                   "top_k": args.top_k, "top_p": args.top_p}
     if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
         check_drafted("chain", gamma=args.gamma)
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
-    prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset]
+    prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset if name not in preset_datasets
+                   or _available(name)]
     if args.batch_size is not None:
         positive_int("--batch-size", args.batch_size)
     writable_folder(args.out, "--out")
@@ -77,6 +79,40 @@ def run(args: argparse.Namespace) -> int:
             print()
     print(f"report: specbound report {args.out}", file=sys.stderr)
     return 0
+
+
+class Unset:
+    """The default of an option a preset sets, while the command line has not given it."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def apply_preset(args: argparse.Namespace) -> list[str]:
+    """Replace every option left at its default by the value of ``--preset`` (or by the
+    default without one); options given explicitly stay. Returns the prompt sets the
+    preset chose (the ones its study leaves out when their package is missing)."""
+    preset = STUDIES[args.study].presets[args.preset] if getattr(args, "preset", None) else None
+    chosen = []
+    for dest, value in vars(args).items():
+        if isinstance(value, Unset):
+            use_preset = preset is not None and dest in preset.settings
+            setattr(args, dest, preset.settings[dest] if use_preset else value.value)
+            chosen += list(preset.settings[dest]) if use_preset and dest == "dataset" else []
+    return chosen
+
+
+def _available(dataset: str) -> bool:
+    """Whether a preset's prompt set can be read here; if not, say why on stderr."""
+    try:
+        prompt_set(dataset, 1, "--dataset")
+    except ValueError as error:
+        print(f"preset: leaving out {error}", file=sys.stderr)
+        return False
+    return True
 
 
 def ray_address(text: str) -> str:
@@ -133,4 +169,10 @@ def register(subparsers) -> None:
         subparser = studies.add_parser(name, help=study.help, description=study.help)
         _common(subparser)
         study.add_arguments(subparser)
+        if study.presets:
+            subparser.add_argument("--preset", choices=sorted(study.presets),
+                                   help="; ".join(f"{name}: {preset.help}" for name, preset in study.presets.items())
+                                   + "; options given explicitly override the preset's")
+            preset_options = {dest for preset in study.presets.values() for dest in preset.settings}
+            subparser.set_defaults(**{dest: Unset(subparser.get_default(dest)) for dest in preset_options})
     parser.set_defaults(handler=run)

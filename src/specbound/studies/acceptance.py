@@ -27,6 +27,9 @@ many drafts as it has tokens, and a verifier fixed to two drafts hands such a po
 ``single`` — the rules the engine follows too (``DraftScheme.effective_num_drafts``,
 ``Verifier.for_num_drafts``).
 
+``--preset hu2025`` (``HU2025``) sets Hu et al.'s table: up to 1024 prompts × 128 tokens on
+every available task, n = 2, 3, 4, 6, every method.
+
 The tables and the report's section are in ``acceptance_report``; the methods (what a row
 of the tables is) in ``acceptance_methods``.
 
@@ -58,7 +61,7 @@ from specbound.models.pair import ModelPair
 from specbound.studies.acceptance_methods import acceptance_methods, method_acceptance
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
-from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
+from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.records import StudyResults
 from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 
@@ -66,6 +69,17 @@ __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact
            "method_acceptance"]
 
 DEFAULT_TAIL_BUDGET = 1e-6
+# Hu et al.'s tasks (Alpaca, CNN/DailyMail, WMT'14 De-En, MT-Bench) as far as prompt sets exist here:
+# the authored stand-ins for the first three, the real MT-Bench and MMLU sets, and the edit set
+HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
+HU2025 = StudyPreset(
+    help=f"Hu et al. (ICLR 2025)'s acceptance table: up to 1024 prompts per task (--limit 1024) x 128 tokens "
+    f"(--max-new-tokens 128) on every available task of {','.join(HU2025_DATASETS)} (--dataset; sets whose package "
+    "is not installed are left out, with the command that installs them), --num-drafts 2,3,4,6, every method, "
+    "--temperature 0.7",
+    settings={"dataset": list(HU2025_DATASETS), "limit": 1024, "max_new_tokens": 128, "temperature": [0.7],
+              "num_drafts": [2, 3, 4, 6], "methods": list(acceptance_methods())},
+)
 
 
 @register_study
@@ -76,6 +90,7 @@ class AcceptanceStudy(Study):
     name = "acceptance"
     help = "exact per-position acceptance of every method and α* [HU]"
     order = 0
+    presets = {"hu2025": HU2025}
 
     def __init__(
         self,

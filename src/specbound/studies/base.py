@@ -51,12 +51,22 @@ def setting_units(prompts: list[Prompt], temperatures, configs=None) -> list[Uni
     ]
 
 
+@dataclass(frozen=True)
+class StudyPreset:
+    """Named settings of a study run (``specbound study NAME --preset PRESET``): option
+    dest -> value; an option given explicitly wins over its preset value."""
+
+    help: str
+    settings: dict
+
+
 class Study:
     """Base class of the studies (module docstring)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
     order: ClassVar[int]  # position in the report
+    presets: ClassVar[dict] = {}  # name -> StudyPreset: ``--preset NAME`` (cli.study)
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
