@@ -37,14 +37,15 @@ class TailCut:
     bound: float
 
 
-def tail_factors(draft: np.ndarray, counts) -> dict[int, float]:
+def tail_factors(draft: np.ndarray, counts, largest=None) -> dict[int, float]:
     """n -> Σ_{i<n} 1/(1 − S_i) for every n of ``counts``, S_i the mass of the draft's i
-    largest tokens, from one selection of the largest ones; 1 − S_i is summed from the
-    other tokens (a peaked row can hold q(top) = 1.0 beside 1e-17 tokens, where 1.0 − S_1
-    would be 0). # draft [vocab] -> {n: float}"""
+    largest tokens, from one selection of the largest ones (``largest``: the draft's most
+    probable tokens, most probable first, at least max(counts) − 1 of them, when the caller
+    has them); 1 − S_i is summed from the other tokens (a peaked row can hold q(top) = 1.0
+    beside 1e-17 tokens, where 1.0 − S_1 would be 0). # draft [vocab] -> {n: float}"""
     size = min(max(counts) - 1, draft.size - 1)
     if size > 0:
-        largest = top_tokens(draft[None, :], size)[0]
+        largest = top_tokens(draft[None, :], size)[0] if largest is None else largest[:size]
         top = draft[largest][::-1]  # ascending
         rest = np.delete(draft, largest).sum()  # mass outside the top n − 1
     else:
@@ -77,8 +78,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         kept = _renormalised(target, draft, keep)
         return {count: TailCut(*kept, float(target[~keep].sum()), float(draft[~keep].sum()),
                                float(target[~keep].sum())) for count in counts}
-    factors = tail_factors(draft, counts)
     largest = top_tokens(draft[None, :], min(max(counts), draft.size))[0]
+    factors = tail_factors(draft, counts, largest)
     protected = np.concatenate([[np.argmax(target)], largest])
     octave = (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)  # 0: zeros and subnormals
     droppable = (likely <= budget) & (likely > 0)  # a dropped token alone adds p + factor·q ≥ max(p, q)
