@@ -32,7 +32,7 @@ from specbound.checks import finite_number, positive_int, unicode_text
 from specbound.engine import Processing, RunStats, build_method
 from specbound.engine.lm import PREFILL_CHUNK
 from specbound.engine.planner import Planner
-from specbound.models.quantize import AS_LOADED, PRECISIONS
+from specbound.models.precisions import AS_LOADED, PRECISIONS
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Speculator:
     (``draft=None``: the target alone, for ``autoregressive`` or prompt lookup);
     ``drafter``: "model" (the draft model) or "prompt-lookup" (n-grams of the prompt and the
     text so far; no draft model is loaded); ``dtype``: the models' floating dtype;
-    ``target_precision`` (``models.quantize.PRECISIONS``): "as-loaded" (the model itself, at
+    ``target_precision`` (``models.precisions.PRECISIONS``): "as-loaded" (the model itself, at
     ``dtype`` or a GGUF file's own types) or a weight-only "int8"/"int4" copy (CPU only) —
     never changed unless asked; ``draft_precisions``: the draft precisions the planner may
     use, forward by forward ("bf16", their old name for "as-loaded", is accepted);
@@ -68,7 +68,8 @@ class Speculator:
         from specbound.models.backends import resolve_backend
         from specbound.models.gguf import default_cache_dir
         from specbound.models.pair import checked_device, load_pair
-        from specbound.models.quantize import precision_name, quantize
+        from specbound.models.precisions import precision_name
+        from specbound.models.quantize import quantize
 
         if drafter not in ("model", "prompt-lookup"):
             raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")

@@ -12,7 +12,7 @@ from specbound.bounds import MAX_LP_VARIABLES
 from specbound.engine.methods import METHODS, Budget, Method, build_method, method_options
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
-from specbound.models.quantize import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
+from specbound.models.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 
 
 # Measured (benchmarks/README.md, "llama.cpp backend"): our plain decoding on llama.cpp
@@ -49,7 +49,7 @@ OLD_NAMES_HELP = "".join(f"; {old} is an old name of {name}" for old, name in OL
 
 
 def precision(text: str) -> str:
-    """A precision of ``models.quantize.PRECISIONS`` (an old name accepted)."""
+    """A precision of ``models.precisions.PRECISIONS`` (an old name accepted)."""
     try:
         return precision_name(text.strip())
     except ValueError:

@@ -49,7 +49,7 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.engine.lm import Entries
-from specbound.models.quantize import AS_LOADED
+from specbound.models.precisions import AS_LOADED
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
 DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)

@@ -5,7 +5,7 @@ Predicted tokens/s of a candidate = (1 + E[accepted drafts per step]) / E[second
 
 **Seconds** come from measured forward costs (``engine.costs``): the target's cost of its
 rows (the pending token plus the tree), and per draft forward the cheapest draft variant
-for its rows (as loaded, int8, int4: ``models.quantize.PRECISIONS``; the drafter runs that
+for its rows (as loaded, int8, int4: ``models.precisions.PRECISIONS``; the drafter runs that
 variant). Time outside the models (masks, sampling, verification) is kept small by the
 engine and left out, so that the plans — hence the tokens — depend only on the measured
 costs and on the steps run: with the same cost book and seed, ``auto`` draws the same
@@ -126,7 +126,7 @@ class Planner:
     """Chooses among ``candidates`` by predicted tokens/s (module docstring).
 
     ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft precision
-    (``models.quantize.PRECISIONS``: the variant names of ``CausalLM``) its cost by rows;
+    (``models.precisions.PRECISIONS``: the variant names of ``CausalLM``) its cost by rows;
     empty without a draft model, which leaves the candidates that need none
     (autoregressive, prompt lookup). ``evidence``: per drafter, what its verified steps
     showed (``observe`` adds to it)."""

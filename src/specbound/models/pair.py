@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 import torch
 
 from specbound.models.chat import encode_prompt, stop_token_ids
-from specbound.models.quantize import AS_LOADED, PRECISIONS, precision_name, precision_of, quantize
+from specbound.models.precisions import AS_LOADED, PRECISIONS, precision_name
+from specbound.models.quantize import precision_of, quantize
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class ModelPair:
         returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
         candidates draft with the draft model (when the pair has one) or by prompt lookup,
         whose drafts cost no forward. On torch on the CPU the draft runs each forward at the
-        precision of ``draft_precisions`` (``models.quantize.PRECISIONS``) measured fastest for
+        precision of ``draft_precisions`` (``models.precisions.PRECISIONS``) measured fastest for
         its rows (its quantised copies are kept in the cache); elsewhere as loaded."""
         from specbound.engine import Decoder, ModelDrafter, PromptLookupDrafter
         from specbound.engine.costs import CostBook

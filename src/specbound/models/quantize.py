@@ -18,10 +18,8 @@ the user's choice and never changed silently.
   proposes it, which is lossless as above and costs only acceptance where the target puts
   mass outside ``keep``.
 
-**One name per precision** (``PRECISIONS``): ``AS_LOADED`` is the model itself, at the dtype
-it was loaded in (``--dtype``: bfloat16 or float32) or, on llama.cpp, at its GGUF file's own
-types; "int8" and "int4" are the copies above. ("bf16", the old name of ``AS_LOADED``, is
-still accepted: ``precision_name``.)
+The precisions are named in ``models.precisions``: ``AS_LOADED`` (the model itself), "int8"
+and "int4" (the copies above).
 
 Which precision pays is a property of the machine: measure it (``engine.planner``).
 """
@@ -35,20 +33,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbound.models.precisions import AS_LOADED, precision_name
+
 INT4_GROUP = 32
 INT4_SHRINK = tuple(1.0 - 0.025 * step for step in range(13))  # 1.0 down to 0.7
-AS_LOADED = "as-loaded"  # the model itself, at its own dtype (module docstring)
-PRECISIONS = (AS_LOADED, "int8", "int4")
-OLD_NAMES = {"bf16": AS_LOADED}  # "bf16" meant "as loaded" even for a float32 model
-
-
-def precision_name(name: str, argument: str = "precision") -> str:
-    """The name of precision ``name`` in ``PRECISIONS`` (an old name accepted), or a
-    ValueError naming ``argument``."""
-    name = OLD_NAMES.get(name, name)
-    if name not in PRECISIONS:
-        raise ValueError(f"{argument}: expected one of {', '.join(PRECISIONS)}, got {name!r}")
-    return name
 
 
 class _QuantizedLinear(torch.nn.Module):
@@ -188,7 +176,7 @@ LAYERS = {"int8": Int8Linear, "int4": Int4Linear}
 
 def quantize(model: torch.nn.Module, precision: str, head: bool = True, cache_dir: Path | str | None = None):
     """A copy of ``model`` whose decoder Linear layers (and output head, with ``head``) run at
-    ``precision`` (``precision_name``); ``AS_LOADED`` returns the model itself. CPU kernels only.
+    ``precision`` (``models.precisions``); ``AS_LOADED`` returns the model itself. CPU kernels only.
 
     Quantising the default draft to int4 takes minutes on two cores, so with ``cache_dir``
     the quantised layers are saved once (safetensors, keyed by the model's fingerprint, the
