@@ -50,7 +50,7 @@ def test_a_long_prefill_shows_its_estimate_and_progress_on_stderr(method, tmp_pa
     speculator.generate([1, 2, 3, 4] * (tokens // 4), max_new_tokens=2, method=method, temperature=0)
     shown = capsys.readouterr().err
     assert f"specbound: prefilling {tokens:,} prompt tokens" in shown
-    assert ("s on this machine (from its measured forward costs)" in shown) == (method == "auto")
+    assert ("s on this machine (from its measured forward costs" in shown) == (method == "auto")
     prefilled = tokens - 1  # the last prompt token is fed with the first step
     assert "prefill target: 100%" in shown and f"{prefilled}/{prefilled}" in shown
     if method == "chain":  # the draft prefills when it first drafts

@@ -146,8 +146,9 @@ class Speculator:
         return self._decoders[key]
 
     def _prefill_estimate(self, tokens: int) -> str:
-        """', about N s on this machine' for a prefill of ``tokens`` by both models, from
-        the measured costs in the cache (``engine.costs``), or '' where they are unknown."""
+        """', at least about N s on this machine' for a prefill of ``tokens`` by both models,
+        from the measured costs in the cache (``engine.costs.prefill_seconds``), or '' where
+        they are unknown."""
         from specbound.engine.costs import CostBook, prefill_seconds
 
         book = CostBook(self.cache_dir / "costs.json")
@@ -157,7 +158,8 @@ class Speculator:
         if any(cost is None for cost in costs):
             return ""
         seconds = sum(prefill_seconds(cost, tokens) for cost in costs)
-        return f", about {seconds:,.{1 if seconds < 10 else 0}f} s on this machine (from its measured forward costs)"
+        return (f", at least about {seconds:,.{1 if seconds < 10 else 0}f} s on this machine (from its measured "
+                "forward costs, which leave out the attention's growth with the prompt)")
 
 
 class PrefillBar:
