@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         speculator = load_speculator(args)
     processing = Processing(args.temperature, args.top_k, args.top_p, speculator.pair.vocab_size)
+    speculator.progress = False  # loaded: a request's prefill draws no bar in the server's log (generate's does)
     decoder, _ = speculator.decoder_for(processing, method, options)  # auto measures its costs here, once
     name = args.served_model_name or speculator.pair.description.get("target") or args.target
     settings = Settings(name, decoder.target.max_positions, args.max_new_tokens, args.temperature, args.top_k,
