@@ -286,6 +286,21 @@ def test_reading_a_folder_without_settings_fails(tmp_path):
         read_results(tmp_path)
 
 
+@pytest.mark.parametrize("stored", [[1, 2], "settings", None])
+def test_settings_that_are_not_a_json_object_are_refused_by_readers_and_writers(stored, tmp_path):
+    """The one read of settings.json checks that it is an object: ``read_results`` used to
+    hand back [1, 2] as settings, and a store over it failed with AttributeError."""
+    path = tmp_path / SETTINGS_FILE
+    path.write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="holds no study's settings") as from_reader:
+        read_results(tmp_path)
+    with pytest.raises(ValueError, match="holds no study's settings") as from_writer:
+        ResultsStore(tmp_path, SETTINGS).close()
+    for refusal in (from_reader, from_writer):
+        assert str(path) in str(refusal.value) and "\n" not in str(refusal.value)
+    assert json.loads(path.read_text()) == stored  # refused, not overwritten
+
+
 def test_a_batched_study_writes_the_records_of_a_one_by_one_run(tmp_path):
     """Units decoded 3 at a time (a batch cut where the temperature changes) generate the
     same tokens as units decoded one by one, and their exact numbers agree to float32

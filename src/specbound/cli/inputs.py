@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from specbound.datasets import Prompt, load_prompts
-from specbound.studies.records import SETTINGS_FILE, read_results
+from specbound.studies.records import SETTINGS_FILE, read_settings
 
 
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
@@ -124,9 +124,7 @@ def prompt_set(name: str, limit: int | None, option: str) -> list[Prompt]:
 
 def check_study_settings(directory: Path, field: str) -> None:
     """Refuse, before any model loads, a results folder below ``directory`` (itself
-    included) whose settings file holds no JSON object, as a study writes it; the message
-    starts with ``field``."""
+    included) whose settings file is no study's (``records.read_settings``: not a JSON
+    object); the message starts with ``field``."""
     for path in sorted(Path(directory).rglob(SETTINGS_FILE)) if Path(directory).is_dir() else []:
-        if not isinstance(read_results(path.parent).settings, dict):
-            raise ValueError(f"{field}: {path} holds no study's settings (a JSON object); choose another folder or "
-                             "delete it")
+        read_settings(path, field)

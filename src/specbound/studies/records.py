@@ -118,18 +118,24 @@ def _lock(directory: Path) -> FileLock:
     return lock
 
 
-def _read_settings(path: Path) -> dict:
+def read_settings(path: Path, field: str = "results") -> dict:
+    """The settings a study stored at ``path``: a JSON object. ValueError starting with
+    ``field`` and naming the file when it is not UTF-8 JSON, or is JSON but no object."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        settings = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:  # not UTF-8, or not JSON
-        raise ValueError(f"results: {path} is not a JSON settings file ({error})") from None
+        raise ValueError(f"{field}: {path} is not a JSON settings file ({error})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{field}: {path} holds no study's settings (a JSON object, not {type(settings).__name__}); "
+                         "choose another folder or delete it")
+    return settings
 
 
 def _store_settings(path: Path, settings: dict) -> None:
     """Check ``settings`` against those stored at ``path``; write them when new or extended."""
     text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
     if path.is_file():
-        stored, wanted = _normalised(_read_settings(path)), _normalised(settings)
+        stored, wanted = _normalised(read_settings(path)), _normalised(settings)
         differing = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
         if differing:
             raise ValueError(
@@ -246,7 +252,7 @@ def read_results(directory) -> StudyResults:
     settings_path = directory / SETTINGS_FILE
     if not settings_path.is_file():
         raise ValueError(f"results: {directory} has no {SETTINGS_FILE}; not a study's results")
-    settings = _read_settings(settings_path)
+    settings = read_settings(settings_path)
     positions, runs, pending = [], [], []
     for record, _ in _complete_lines(directory / RECORDS_FILE):
         if record.get("kind") == "run":
