@@ -234,3 +234,29 @@ def test_one_head_call_per_step_keeps_the_law(name, target_model, draft_model):
         tokens.append([engine.generate(PROMPT, method, 12, torch.Generator().manual_seed(seed)).tokens
                        for seed in range(5)])
     assert tokens[0] == tokens[1]
+
+
+@pytest.mark.parametrize("name, options", [("tree", {"num_drafts": 2, "depth": 3, "verifier": "rrs"}),
+                                           ("chain", {"gamma": 3, "verifier": "block"}),
+                                           ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"})])
+def test_the_observer_and_the_recorded_expectations_see_one_step_and_change_no_token(name, options, target_model,
+                                                                                     draft_model):
+    """The observer and ``record_expected`` see a drafted step through one hook, before it
+    is verified: the expectation recorded is the method's on the very rows the observer was
+    shown, once per drafted step, and watching draws nothing (same seed, same tokens and
+    counts as unwatched)."""
+    processing = Processing(temperature=0.9)
+    engine = decoder(target_model, draft_model, processing)
+    method = build_method(name, **options)
+    seen = []
+    watched = engine.generate(PROMPT, method, 12, torch.Generator().manual_seed(3), record_expected=True,
+                              observer=lambda index, tree, rows: seen.append((index, tree, rows)))
+    plain = engine.generate(PROMPT, method, 12, torch.Generator().manual_seed(3))
+    assert watched.tokens == plain.tokens
+    assert watched.stats.accepted_lengths == plain.stats.accepted_lengths
+    assert watched.stats.tree_sizes == plain.stats.tree_sizes and not plain.stats.expected_lengths
+    assert len(seen) == len(watched.stats.expected_lengths) == sum(1 for size in watched.stats.tree_sizes if size)
+    assert [index for index, _, _ in seen] == [0] * len(seen)
+    for (_, tree, rows), expected in zip(seen, watched.stats.expected_lengths):
+        assert rows.shape == (len(tree), VOCAB)
+        assert expected == method.expected_accepted(tree.drafted(rows))

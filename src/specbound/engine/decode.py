@@ -33,25 +33,68 @@ emitted under, p(· | its prefix) — the row the verifier (or the bonus draw) u
 study gets the target's exact distributions along a generation without a second forward.
 ``record_expected=True`` records per step the exact expected number of accepted drafts
 given the drafted tree (``RunStats.expected_lengths``): averaged over steps it estimates
-the accepted length without the sampling noise of the realised counts.
+the accepted length without the sampling noise of the realised counts. It and an
+``observer`` see a drafted step through one hook, between steps 2 and 3: the tree and the
+target rows of all its nodes (read once, and reused by a whole-tree verifier); neither
+draws randomness, so neither changes the tokens.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
 from specbound.checks import positive_int
-from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.lm import Entries
 from specbound.engine.methods import Method
 from specbound.engine.planner import Planner
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
-from specbound.verifiers.tree import tokenwise_expected_accepted
+from specbound.verifiers.tree import DraftedTree, TreeVerifier
+
+
+class ForwardScores(Protocol):
+    """The next-token logits of one forward's entries, computed when read (``lm.Scores``,
+    ``llamacpp.LlamaScores``): entry (row, i) is row's i-th new entry of that forward."""
+
+    def prefetch(self, pairs: list[tuple[int, int]]) -> None: ...
+
+    def logits(self, row: int = 0, entries=None) -> torch.Tensor: ...  # -> [k, logits]
+
+
+class LanguageModel(Protocol):
+    """A batched language model with its cache, one row per sequence (``lm.CausalLM``,
+    ``llamacpp.LlamaCppLM``; ``engine.lm`` describes the interface): what the decoder
+    asks of the target and of the drafter's models."""
+
+    lengths: list[int]  # committed entries per row
+    forward_calls: int
+    model_seconds: float
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def logits_size(self) -> int: ...
+
+    @property
+    def max_positions(self) -> int | None: ...
+
+    def reset(self, batch_size: int = 1, cells: int | None = None) -> None: ...
+
+    def prefill(self, row: int, token_ids) -> torch.Tensor: ...
+
+    def add_row(self, cells: int | None = None) -> int: ...
+
+    def score(self, entries: list[Entries], *, outputs: list[range] | None = None) -> ForwardScores: ...
+
+    def commit(self, paths: list[list[int]]) -> None: ...
+
+    def select_rows(self, rows: list[int]) -> None: ...
 
 
 class Drafter(Protocol):
@@ -62,7 +105,7 @@ class Drafter(Protocol):
     (``Batch``)."""
 
     vocab_size: int
-    language_models: list
+    language_models: list[LanguageModel]
 
     def reset(self, prompts: list[list[int]], cells: int | None = None) -> None: ...
 
@@ -72,6 +115,14 @@ class Drafter(Protocol):
     def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None: ...
 
     def select_rows(self, rows: list[int]) -> None: ...
+
+
+class StepObserver(Protocol):
+    """Shown every drafted step of a sequence before it is verified (``generate_batch``'s
+    ``observer``): ``index``, the sequence's (its position in ``prompts``, its order of
+    joining a ``Batch``), its ``DraftTree`` and the target rows of all its nodes."""
+
+    def __call__(self, index: int, tree: DraftTree, target_rows: torch.Tensor) -> None: ...  # [nodes, vocab]
 
 
 class Streamer(Protocol):
@@ -124,6 +175,42 @@ class Sequence:
         return len(self.prompt) + self.max_new_tokens + method.max_nodes + 1
 
 
+@dataclass
+class RowStep:
+    """One sequence's part of a step. Its row of the target's forward holds the tokens
+    committed since the target's last forward (at least the last one), then the tree below
+    it: the **root entry** is the last of those tokens, and tree node i is entry
+    ``root_entry + i``."""
+
+    row: int  # the sequence's row of the batch: of the caches and of the scores
+    sequence: Sequence
+    tree: DraftTree
+    root_entry: int
+    target_rows: torch.Tensor | None = None  # [nodes, vocab] p(·|node) of every node, once read
+    _drafted: DraftedTree | None = field(default=None, repr=False)
+
+    def entry(self, node: int) -> int:
+        return self.root_entry + node
+
+    @property
+    def node_entries(self) -> range:
+        return range(self.root_entry, self.root_entry + len(self.tree))
+
+    @property
+    def has_drafts(self) -> bool:
+        return len(self.tree) > 1
+
+    def drafted(self) -> DraftedTree:
+        """The step as the verifiers see it (``DraftTree.drafted``), made once from the
+        target rows."""
+        if self._drafted is None:
+            self._drafted = self.tree.drafted(self.target_rows)
+        return self._drafted
+
+
+StepHook = Callable[[RowStep, Method], None]  # what a drafted step saw, before verification
+
+
 class Decoder:
     """Target model + drafter + the shared logits processing; ``generate`` and
     ``generate_batch`` run a method, ``start`` opens a ``Batch`` to run it step by step.
@@ -135,7 +222,7 @@ class Decoder:
     the target's head alone is ~30 ms a call on the default pair), not where the cost is
     linear in rows (AVX2); ``ModelPair.auto_decoder`` decides it from the measured costs."""
 
-    def __init__(self, target: CausalLM, drafter: Drafter | None, processing: Processing, eos_token_ids=(),
+    def __init__(self, target: LanguageModel, drafter: Drafter | None, processing: Processing, eos_token_ids=(),
                  batch_heads: bool = False):
         self.target = target
         self.batch_heads = batch_heads
@@ -154,7 +241,7 @@ class Decoder:
 
     def generate(self, prompt_ids, method: Method | Planner, max_new_tokens: int, generator: torch.Generator,
                  record_target_probs: bool = False, record_expected: bool = False,
-                 streamer: Streamer | None = None, observer=None) -> Generation:
+                 streamer: Streamer | None = None, observer: StepObserver | None = None) -> Generation:
         """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``
         (module docstring); ``streamer`` receives the tokens as they are accepted."""
         return self.generate_batch([prompt_ids], method, max_new_tokens, [generator], record_target_probs,
@@ -162,7 +249,7 @@ class Decoder:
 
     def generate_batch(self, prompts, method: Method | Planner, max_new_tokens: int, generators,
                        record_target_probs: bool = False, record_expected: bool = False,
-                       streamer: Streamer | None = None, observer=None) -> list[Generation]:
+                       streamer: Streamer | None = None, observer: StepObserver | None = None) -> list[Generation]:
         """Decode the sequences ``prompts`` together, sequence b drawing its randomness from
         ``generators[b]``: each gets exactly the tokens ``generate`` gives it alone with the
         same generator state. Its ``stats`` hold its own counts; the phase times and the
@@ -195,7 +282,7 @@ class Decoder:
         return [batch.generation(sequence) for sequence in sequences]
 
     def start(self, method: Method | Planner, record_target_probs: bool = False, record_expected: bool = False,
-              observer=None) -> Batch:
+              observer: StepObserver | None = None) -> Batch:
         """An empty ``Batch`` decoding with ``method`` (the options as ``generate_batch``
         takes them); sequences join it with ``Batch.add``. One batch at a time per decoder:
         it owns the decoder's caches."""
@@ -204,78 +291,82 @@ class Decoder:
         return Batch(self, method, record_target_probs, record_expected, observer)
 
     # -- one step ----------------------------------------------------------------------------
-    def _step(self, active: list[Sequence], method: Method, stats: RunStats, record_expected: bool,
-              observer=None) -> list[tuple[DraftTree, StepOutcome]]:
+    def _step(self, active: list[Sequence], method: Method, stats: RunStats,
+              saw: StepHook | None = None) -> list[tuple[DraftTree, StepOutcome]]:
+        """One speculative step for every sequence of ``active``: the module docstring's
+        four steps, in order. ``saw``, when given, is shown every row that drafted, its
+        target rows read, after the target call and before verification."""
         depths = [min(method.depth, sequence.max_new_tokens - len(sequence.new_tokens) - 1) for sequence in active]
-        contexts = [sequence.context for sequence in active]
+        trees = self._draft(active, method, depths, stats)
+        steps, scores = self._score(active, trees, stats)
+        if saw is not None:
+            for step in steps:
+                if step.has_drafts:
+                    self._read_target_rows(step, scores, stats)
+                    saw(step, method)
+        outcomes = [self._verify(step, scores, method, stats) for step in steps]
+        self._commit(steps, outcomes, max(depths) > 0, stats)
+        for step, outcome in zip(steps, outcomes):
+            step.sequence.stats.record_step(len(step.tree) - 1, step.tree.forward_calls, len(outcome.path),
+                                            outcome.rejected)
+        return [(step.tree, outcome) for step, outcome in zip(steps, outcomes)]
+
+    def _draft(self, active: list[Sequence], method: Method, depths: list[int], stats: RunStats) -> list[DraftTree]:
+        """Step 1: each sequence's draft tree below its last token, at most ``depths[row]``
+        deep (the depth that cannot pass its ``max_new_tokens``)."""
         with stats.timed("draft"):
             if max(depths) > 0:
-                trees = self.drafter.draft(contexts, method, depths, [sequence.generator for sequence in active])
-            else:
-                trees = [DraftTree.root_only(context[-1]) for context in contexts]
+                return self.drafter.draft([sequence.context for sequence in active], method, depths,
+                                          [sequence.generator for sequence in active])
+            return [DraftTree.root_only(sequence.context[-1]) for sequence in active]
+
+    def _score(self, active: list[Sequence], trees: list[DraftTree],
+               stats: RunStats) -> tuple[list[RowStep], ForwardScores]:
+        """Step 2: one target forward over every row's pending tokens and tree (tree
+        attention: each node sees the committed prefix and its ancestors)."""
         with stats.timed("target"):
-            # Per row: the tokens committed since the target's last forward (at least the
-            # last one), then the tree below it; the root is the last of those tokens, and
-            # tree node i is the row's entry roots[row] + i.
-            entries, roots = [], []
-            for row, (context, tree) in enumerate(zip(contexts, trees)):
-                pending = context[self.target.lengths[row]:]
-                root = len(pending) - 1
-                entries.append(Entries(pending + tree.tokens[1:],
-                                       [i - 1 for i in range(len(pending))] + [root + p for p in tree.parents[1:]]))
-                roots.append(root)
-            outputs = [range(root, root + len(tree)) for root, tree in zip(roots, trees)]  # every node may be read
-            scores = self.target.score(entries, outputs=outputs)
-            if len(active) > 1 or self.batch_heads:  # one head call for the rows every walk starts with
-                nodes = [(row, root + node) for row, (root, tree) in enumerate(zip(roots, trees))
-                         for node in range(len(tree))] if self.batch_heads else []
-                scores.prefetch([(row, root) for row, root in enumerate(roots)] + nodes)
-        if observer is not None:
-            for row, (tree, sequence) in enumerate(zip(trees, active)):
-                if len(tree) > 1:
-                    observer(sequence.index, tree, self._node_rows(scores, row, tree, roots[row], stats))
-        outcomes = [self._verify(scores, row, tree, roots[row], method, sequence, stats, record_expected)
-                    for row, (tree, sequence) in enumerate(zip(trees, active))]
-        with stats.timed("target"):  # keep the committed tokens, the root and the accepted path
-            self.target.commit([list(range(root + 1)) + [root + node for node in outcome.path]
-                                for root, outcome in zip(roots, outcomes)])
-        if max(depths) > 0:
-            with stats.timed("draft"):
-                self.drafter.commit(trees, [outcome.path for outcome in outcomes])
-        for tree, outcome, sequence in zip(trees, outcomes, active):
-            sequence.stats.steps += 1
-            sequence.stats.target_calls += 1
-            sequence.stats.draft_calls += tree.forward_calls
-            sequence.stats.rejections += int(outcome.rejected)
-            sequence.stats.accepted_lengths.append(len(outcome.path))
-            sequence.stats.tree_sizes.append(len(tree) - 1)
-        return list(zip(trees, outcomes))
+            steps, entries = [], []
+            for row, (sequence, tree) in enumerate(zip(active, trees)):
+                pending = sequence.context[self.target.lengths[row]:]
+                step = RowStep(row, sequence, tree, root_entry=len(pending) - 1)
+                entries.append(Entries(pending + tree.tokens[1:], [i - 1 for i in range(len(pending))]
+                                       + [step.entry(parent) for parent in tree.parents[1:]]))
+                steps.append(step)
+            scores = self.target.score(entries, outputs=[step.node_entries for step in steps])  # any node may be read
+            self._prefetch_heads(scores, steps)
+        return steps, scores
 
-    def _verify(self, scores, row: int, tree: DraftTree, root_entry: int, method: Method, sequence: Sequence,
-                stats: RunStats, record_expected: bool) -> StepOutcome:
-        if method.tree_verifier is not None and len(tree) > 1:
-            return self._verify_tree(scores, row, tree, root_entry, method, sequence, stats, record_expected)
-        if record_expected and len(tree) > 1:
-            sequence.stats.expected_lengths.append(self._expected_tokenwise(scores, row, tree, root_entry, method, stats))
-        return self._walk(scores, row, tree, root_entry, method, sequence, stats)
+    def _prefetch_heads(self, scores: ForwardScores, steps: list[RowStep]) -> None:
+        """The head-prefetch policy (class docstring, ``batch_heads``): a batch of rows gets
+        the roots every walk starts with in one head call; with ``batch_heads``, every node."""
+        if len(steps) > 1 or self.batch_heads:
+            nodes = [(step.row, entry) for step in steps for entry in step.node_entries] if self.batch_heads else []
+            scores.prefetch([(step.row, step.root_entry) for step in steps] + nodes)
 
-    def _walk(self, scores, row, tree, root_entry, method, sequence, stats) -> StepOutcome:
-        """Verify from the root down (module docstring, step 3). Tree node i is entry
-        ``root_entry + i`` of the row's scores."""
+    def _verify(self, step: RowStep, scores: ForwardScores, method: Method, stats: RunStats) -> StepOutcome:
+        """Step 3: a whole-tree verifier decides a drafted tree at once; otherwise the walk
+        from the root down."""
+        if method.tree_verifier is not None and step.has_drafts:
+            return self._verify_tree(step, scores, method.tree_verifier, stats)
+        return self._walk(step, scores, method, stats)
+
+    def _walk(self, step: RowStep, scores: ForwardScores, method: Method, stats: RunStats) -> StepOutcome:
+        """Verify from the root down (module docstring, step 3)."""
+        tree, sequence = step.tree, step.sequence
         node, path, emitted, rows = 0, [], [], []
-        generator = sequence.generator
         while True:
-            with stats.timed("target"):  # prefetched by _step for batches and batch_heads
-                logits = scores.logits(row, root_entry + node)  # [1, logits]
+            with stats.timed("target"):  # prefetched by _prefetch_heads for batches and batch_heads
+                logits = scores.logits(step.row, step.entry(node))  # [1, logits]
             with stats.timed("verify"):
                 target_probs = self.processing.probs(logits)  # [1, vocab]
                 rows.append(target_probs)
                 if node not in tree.draft_tokens:  # a leaf that was reached: bonus token
-                    emitted.append(int(sample_tokens(target_probs, generator)[0]))
+                    emitted.append(int(sample_tokens(target_probs, sequence.generator)[0]))
                     return StepOutcome(path, emitted, rejected=False, target_probs=rows)
                 draft_tokens = tree.draft_tokens[node]  # [n]
                 verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
-                verdict = verifier.verify_torch(target_probs, tree.draft_probs[node][None], draft_tokens[None], generator)
+                verdict = verifier.verify_torch(target_probs, tree.draft_probs[node][None], draft_tokens[None],
+                                                sequence.generator)
             token = int(verdict.tokens[0])
             emitted.append(token)
             child = tree.children[node].get(token)
@@ -285,21 +376,14 @@ class Decoder:
             path.append(child)
             node = child
 
-    def _node_rows(self, scores, row, tree, root_entry, stats):
-        with stats.timed("target"):
-            logits = scores.logits(row, [root_entry + node for node in range(len(tree))])
-        with stats.timed("verify"):
-            return self.processing.probs(logits)  # [nodes, vocab]
-
-    def _verify_tree(self, scores, row, tree, root_entry, method, sequence, stats, record_expected) -> StepOutcome:
+    def _verify_tree(self, step: RowStep, scores: ForwardScores, verifier: TreeVerifier,
+                     stats: RunStats) -> StepOutcome:
         """A whole-tree verifier (block, traversal) decides the accepted path at once from
         every node's target row; it draws ``num_uniforms`` float64 uniforms."""
-        target_rows = self._node_rows(scores, row, tree, root_entry, stats)
+        tree, sequence = step.tree, step.sequence
+        target_rows = self._read_target_rows(step, scores, stats)
         with stats.timed("verify"):
-            drafted = tree.drafted(target_rows)
-            verifier = method.tree_verifier
-            if record_expected:
-                sequence.stats.expected_lengths.append(float(verifier.expected_accepted(drafted)))
+            drafted = step.drafted()
             uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64,
                                   device=sequence.generator.device)
             node, token = verifier.verify_tree(drafted, uniforms.cpu().numpy())
@@ -312,11 +396,25 @@ class Decoder:
         rows = [target_rows[node : node + 1] for node in [0] + path]
         return StepOutcome(path, [tree.tokens[child] for child in path] + [int(token)], rejected, rows)
 
-    def _expected_tokenwise(self, scores, row, tree, root_entry, method, stats) -> float:
-        """Exact E[accepted drafts | this tree] of top-down verification with the method's
-        verifier at each depth (``verifiers.tree.tokenwise_expected_accepted``)."""
-        return tokenwise_expected_accepted(tree.drafted(self._node_rows(scores, row, tree, root_entry, stats)),
-                                           method.verifier_at)
+    def _read_target_rows(self, step: RowStep, scores: ForwardScores, stats: RunStats) -> torch.Tensor:
+        """p(·|node) of every node of the step's tree, read once into ``step.target_rows``.
+        # -> [nodes, vocab]"""
+        if step.target_rows is None:
+            with stats.timed("target"):
+                logits = scores.logits(step.row, list(step.node_entries))
+            with stats.timed("verify"):
+                step.target_rows = self.processing.probs(logits)
+        return step.target_rows
+
+    def _commit(self, steps: list[RowStep], outcomes: list[StepOutcome], drafted: bool, stats: RunStats) -> None:
+        """Step 4: both caches keep each row's committed tokens, its root and its accepted
+        path, and drop the rest of its tree (the drafter's only when it drafted)."""
+        with stats.timed("target"):
+            self.target.commit([list(range(step.root_entry + 1)) + [step.entry(node) for node in outcome.path]
+                                for step, outcome in zip(steps, outcomes)])
+        if drafted:
+            with stats.timed("draft"):
+                self.drafter.commit([step.tree for step in steps], [outcome.path for outcome in outcomes])
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _emit(self, sequence: Sequence, outcome: StepOutcome, record_target_probs: bool) -> list[int]:
@@ -368,7 +466,7 @@ class Batch:
     is the batch's for its life. ``stats`` holds the batch's phase times."""
 
     def __init__(self, decoder: Decoder, method: Method | Planner, record_target_probs: bool = False,
-                 record_expected: bool = False, observer=None):
+                 record_expected: bool = False, observer: StepObserver | None = None):
         self.decoder = decoder
         self.method = method
         self.planner = method if isinstance(method, Planner) else None
@@ -420,7 +518,8 @@ class Batch:
         self.last_method = current
         models = self._models()
         model_seconds_before = sum(lm.model_seconds for lm in models)
-        trees_and_outcomes = decoder._step(self.active, current, self.stats, self.record_expected, self.observer)
+        saw = self._saw if self.observer is not None or self.record_expected else None
+        trees_and_outcomes = decoder._step(self.active, current, self.stats, saw)
         self.model_seconds += sum(lm.model_seconds for lm in models) - model_seconds_before
         if self.planner is not None and current.depth:
             for tree, outcome in trees_and_outcomes:  # steps that drafted nothing count too (no lookup match)
@@ -444,7 +543,15 @@ class Batch:
         probs = torch.cat(sequence.rows) if self.record_target_probs and sequence.rows else None
         return Generation(sequence.new_tokens, sequence.finish_reason, stats, probs)
 
-    def _models(self) -> list:
+    def _saw(self, step: RowStep, method: Method) -> None:
+        """What a drafted step saw before its verification (its tree, every node's target
+        row): the one hook of the observer and of the recorded expectations."""
+        if self.observer is not None:
+            self.observer(step.sequence.index, step.tree, step.target_rows)
+        if self.record_expected:
+            step.sequence.stats.expected_lengths.append(method.expected_accepted(step.drafted()))
+
+    def _models(self) -> list[LanguageModel]:
         return [self.decoder.target] + (self.decoder.drafter.language_models if self._drafts else [])
 
     def _admit(self) -> None:

@@ -43,6 +43,7 @@ import torch
 
 from specbound.checks import finite_number, positive_int, within_limit
 from specbound.verifiers import Verifier, get_verifier
+from specbound.verifiers.tree import DraftedTree, TreeVerifier, tokenwise_expected_accepted
 
 MAX_DRAFTED_PER_CALL = 4096  # tokens one target call verifies, each with a vocabulary row (0.6 MB at 151,936)
 
@@ -136,7 +137,7 @@ class Method:
     name: str
     shape: Levels | Budget
     verifiers: tuple  # per depth: the per-node verifier deciding there; () when tree_verifier decides
-    tree_verifier: object | None = None  # a verifier of the whole drafted tree (block, traversal)
+    tree_verifier: TreeVerifier | None = None  # a verifier of the whole drafted tree (block, traversal)
     drafter: str = "model"  # who drafts its trees: "model" (the draft model) or "lookup" (prompt lookup)
 
     def __post_init__(self):
@@ -173,6 +174,13 @@ class Method:
         """The verifier for a node at ``depth`` that got ``num_drafts`` drafts
         (``Verifier.for_num_drafts``)."""
         return self.verifiers[depth].for_num_drafts(num_drafts)
+
+    def expected_accepted(self, drafted: DraftedTree) -> float:
+        """Exact E[accepted drafts | the drafted tree] of this method's verification
+        (SPEC.md §7.3): its whole-tree verifier's, or top-down with its verifier at each depth."""
+        if self.tree_verifier is not None:
+            return float(self.tree_verifier.expected_accepted(drafted))
+        return tokenwise_expected_accepted(drafted, self.verifier_at)
 
 
 def autoregressive() -> Method:

@@ -47,6 +47,17 @@ class RunStats:
         finally:
             self.seconds[phase] += time.perf_counter() - start
 
+    def record_step(self, drafted_nodes: int, draft_calls: int, accepted: int, rejected: bool) -> None:
+        """One step: one target call, a tree of ``drafted_nodes`` built by ``draft_calls``
+        draft forwards, ``accepted`` drafts kept, ending with a residual token if
+        ``rejected`` (else a bonus token)."""
+        self.steps += 1
+        self.target_calls += 1
+        self.draft_calls += draft_calls
+        self.rejections += int(rejected)
+        self.accepted_lengths.append(accepted)
+        self.tree_sizes.append(drafted_nodes)
+
     def record_position(self, depth: int, accepted: bool, rank: int | None = None) -> None:
         """One verification at ``depth``; ``rank``: position among the node's drafts of the
         child it descended into."""
