@@ -18,7 +18,9 @@ import torch
 
 from specbound.engine import Processing
 from specbound.engine.methods import build_method
-from specbound.studies.acceptance import AcceptanceStudy, acceptance_methods, acceptance_summary, gap_summary, method_acceptance
+from specbound.studies.acceptance import (AcceptanceStudy, acceptance_methods, acceptance_summary, exact_acceptances,
+                                         gap_summary, method_acceptance)
+from specbound.studies.acceptance_methods import attained_optimum
 
 METHODS = list(acceptance_methods())
 from specbound.studies.runner import run_study
@@ -129,6 +131,21 @@ def test_verifiers_sit_at_or_below_their_optimum(rng):
         assert np.all(values["rrs_without_replacement"] <= values["optimal_without_replacement"] + 1e-9)
         np.testing.assert_allclose(values["greedy"], values["optimal_greedy"], atol=1e-9)
         assert np.all(values["single"] <= values["rrs"] + 1e-12)
+
+
+def test_a_verifier_that_attains_its_optimum_is_recorded_with_the_optimums_values(rng):
+    """Verifiers marked attains_optimum compute exactly their scheme's α* (the mark cannot
+    lie), and the study's copy of the optimum's values equals computing them."""
+    marked = [name for name, entry in acceptance_methods().items()
+              if entry.verifier is not None and entry.verifier.attains_optimum]
+    assert {"greedy", "spechub"} <= set(marked)
+    pairs = [tuple(rng.dirichlet(np.full(9, 0.5), size=2)) for _ in range(6)]
+    for num_drafts in (2, 3):
+        alone, _ = exact_acceptances(marked, pairs, num_drafts)
+        with_optima, _ = exact_acceptances(list(acceptance_methods()), pairs, num_drafts)
+        for method in marked:
+            assert alone[method] == with_optima[method]
+            assert with_optima[method] == with_optima[attained_optimum(method, num_drafts)]
 
 
 def test_unknown_methods_are_refused():

@@ -91,6 +91,15 @@ def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> 
     return entry.acceptance(target_rows, draft_rows, entry.count(num_drafts))
 
 
+def attained_optimum(method: str, num_drafts: int) -> str | None:
+    """The optimum whose values ``method`` has at n = ``num_drafts`` by construction (a
+    verifier that attains its draft scheme's α*, e.g. greedy and SpecHub), else None."""
+    entry = acceptance_methods().get(method)
+    if entry is None or entry.verifier is None or not entry.verifier.attains_optimum:
+        return None
+    return bound_of(method, num_drafts)
+
+
 def bound_of(method: str, num_drafts: int) -> str | None:
     """The optimum a method is compared with at n = ``num_drafts``: its draft scheme's α*,
     when both are evaluated at the same number of drafts (the single draft's α* is the

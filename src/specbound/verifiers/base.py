@@ -86,6 +86,7 @@ class Verifier:
     # its exact acceptance is computable at real vocabulary sizes (the studies' default set)
     scalable: ClassVar[bool] = True
     per_node: ClassVar[bool] = True  # decides one node's drafts; False: a whole drafted tree (verifiers.tree)
+    attains_optimum: ClassVar[bool] = False  # its acceptance is its draft scheme's α*, by construction
 
     @property
     def draft_scheme(self) -> DraftScheme:

@@ -46,6 +46,7 @@ class Greedy(Verifier):
     name = "greedy"
     label = "greedy verifier"
     scheme = "greedy"
+    attains_optimum = True
 
     def _ordered(self, draft, tokens):
         """(top set [batch, n−1], sampled last draft [batch]) in the greedy layout."""
