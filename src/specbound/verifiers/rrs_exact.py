@@ -194,7 +194,7 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
     def level(current, removed, remaining):
         kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
         scale = 1.0 / kept_mass
-        accept_mass = float(min_sum_curve(current, draft_row)(scale))
+        accept_mass = float(np.minimum(current, scale * draft_row).sum())  # G(s), one point: no sort
         leftover = np.maximum(current - scale * draft_row, 0.0)
         if remaining == 1 or accept_mass >= 1.0 or leftover.sum() <= 0:  # empty: equal up to rounding
             return accept_mass
