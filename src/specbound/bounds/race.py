@@ -68,7 +68,9 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
     head = _Head(draft)
     for first, last in _windows(np.flatnonzero(wanted), remaining):
         values, counts = head.upto(first)
-        mass[first : last + 1] = _window_mass(draft, remaining, first, last, n, values, counts)
+        window = slice(first, last + 1)  # every prefix in it needs the integral: support and r are monotone
+        mass[window] = np.where(integral[window], _window_mass(draft, remaining, first, last, n, values, counts),
+                                mass[window])
     mass = np.where(integral, np.clip(mass, 0.0, 1.0), mass)
     return mass if needed is None else np.where(needed, mass, np.nan)
 
