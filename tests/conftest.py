@@ -19,6 +19,18 @@ settings.register_profile("specbound", derandomize=True, database=None, max_exam
 settings.load_profile("specbound")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Which tests share a pytest-xdist worker (``--dist loadgroup``, pyproject.toml): a test
+    file's tests share one, so its module fixtures are built once; the serve tests share one
+    with each other, so their session servers start once and run in file order (the drain test,
+    which stops the small server, after the tests that use it)."""
+    root = Path(__file__).parent
+    for item in items:
+        group = "serve" if item.path.parent == root / "serve" else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20241130)

@@ -76,11 +76,18 @@ def test_greedy_breaks_ties_towards_the_lower_token():
     assert torch_top[0, :2].tolist() == [1, 2]
 
 
-def test_a_joint_law_beyond_its_tuple_limit_is_refused_saying_the_limit_and_what_fits():
+def test_a_joint_law_beyond_its_tuple_limit_is_refused_saying_the_limit_and_what_fits(monkeypatch):
     """support^n tuples above MAX_ENUMERATED_TUPLES, refused before enumerating, in words:
-    how many tuples, the limit, and the n or the support that fits."""
+    how many tuples, the limit, and the n or the support that fits; a law of exactly the
+    limit is listed (checked at a limit of 4^3, as listing 4^10 takes seconds)."""
+    import specbound.drafts.base as base
+
     draft = np.full(4, 0.25)
-    get_draft_scheme("with_replacement").joint_law(draft, 10)  # 4^10 = 1,048,576 tuples: listed
+    with monkeypatch.context() as patched:
+        patched.setattr(base, "MAX_ENUMERATED_TUPLES", 4**3)
+        assert len(get_draft_scheme("with_replacement").joint_law(draft, 3)[1]) == 4**3  # at the limit: listed
+        with pytest.raises(ValueError, match="use n ≤ 3, or at n = 4 a draft of at most 2 tokens"):
+            get_draft_scheme("with_replacement").joint_law(draft, 4)
     with pytest.raises(ValueError, match="lists every tuple") as refusal:
         get_draft_scheme("with_replacement").joint_law(draft, 12)
     message = str(refusal.value)
