@@ -73,8 +73,9 @@ def load_model(
 ) -> LoadedModel:
     """Load ``source`` (embedded model name, ``.gguf`` file or Hugging Face directory) in ``dtype``.
 
-    bfloat16 is the default because on CPU a bf16 forward over 1-9 tokens costs about one
-    token's forward, which makes verifying a whole draft tree nearly free. ``cache_dir``
+    bfloat16 is the default dtype of the torch backend; what a forward of several tokens costs
+    in it depends on the CPU (``engine.costs`` says what is measured where, and the planner
+    measures it). ``cache_dir``
     defaults to ``specbound.models.gguf.default_cache_dir()``; ``progress`` shows the
     fetch, convert and load steps on stderr. Raises ValueError for a source that is none
     of the three, and ``models.gguf.ModelPackageMissingError`` when an embedded model's
