@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from edge_cases import EXACT_KINDS, distribution_pairs
 from specbound.bounds import prefix_scan_optimum
+from specbound.bounds.rows import RowPairs
 from specbound.bounds.race import RACE_ACCURACY, race_all_in_mass, race_mass_bounds
 from specbound.drafts import get_draft_scheme
 from test_optimal_acceptance import without_replacement_prefix_mass
@@ -71,7 +72,7 @@ def test_pruned_scan_equals_the_full_scan(rows, num_drafts):
     target, draft = rows[0][None], rows[1][None]
     num_drafts = min(num_drafts, np.count_nonzero(draft))
     pruned = WITHOUT.optimum(target, draft, num_drafts)
-    full = prefix_scan_optimum(target, draft, lambda ordered: WITHOUT.all_in_mass(ordered, num_drafts))
+    full = prefix_scan_optimum(RowPairs.checked(target, draft), lambda ordered: WITHOUT.all_in_mass(ordered, num_drafts))
     assert abs(pruned.acceptance[0] - full.acceptance[0]) <= 1e-13
     subset = pruned.optimal_subset[0]
     ordered = np.concatenate([draft[0][subset], draft[0][~subset]])  # H* is a prefix: its own order is free

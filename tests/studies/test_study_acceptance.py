@@ -192,17 +192,17 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
     from specbound.studies import acceptance
     from specbound.studies.acceptance_report import unavailable_methods
 
-    compute = acceptance.method_acceptance
+    compute = acceptance.method_acceptance_of
     calls = {"kseq": 0}
 
-    def flaky(method, target_rows, draft_rows, num_drafts):
+    def flaky(method, rows, num_drafts):
         if method == "kseq" and num_drafts == 3:
             calls["kseq"] += 1
             if calls["kseq"] == 1:  # the first prompt only
                 raise ValueError("num_drafts: too large here")
-        return compute(method, target_rows, draft_rows, num_drafts)
+        return compute(method, rows, num_drafts)
 
-    monkeypatch.setattr(acceptance, "method_acceptance", flaky)
+    monkeypatch.setattr(acceptance, "method_acceptance_of", flaky)
     study = AcceptanceStudy(num_drafts=(2, 3), max_new_tokens=4, methods=("single", "kseq"))
     results = run_study(study, tiny_pair(), tiny_prompts(2), tmp_path, "toy", progress=False)
     summary = acceptance_summary(results)

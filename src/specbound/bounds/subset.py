@@ -137,27 +137,25 @@ def prefix_sums(values: np.ndarray) -> np.ndarray:
     return sums
 
 
-def prefix_scan_optimum(
-    target: np.ndarray, draft: np.ndarray, all_in_mass: Callable, mass_bounds: Callable | None = None
-) -> OptimalAcceptance:
+def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | None = None) -> OptimalAcceptance:
     """α* = 1 + min_k [p(H_k) − Q(H_k)] over the prefixes H_k of the scan order, and
-    H* = the shortest minimising prefix. ``all_in_mass`` maps the draft rows permuted into
-    scan order to Q on every prefix (``[rows, vocab] -> [rows, vocab + 1]``); it is the
-    draft scheme's own formula. Rows go in blocks of ``SCAN_ROW_BLOCK``.
+    H* = the shortest minimising prefix. ``rows`` are checked row pairs (``bounds.rows.RowPairs``),
+    whose scan order and running sums every scheme reads from the one computation.
+    ``all_in_mass`` maps the draft rows permuted into scan order to Q on every prefix
+    (``[rows, vocab] -> [rows, vocab + 1]``); it is the draft scheme's own formula. Rows go
+    in blocks of ``SCAN_ROW_BLOCK``.
 
     With ``mass_bounds`` (ordered draft rows -> lower, upper bounds on Q, both [rows, vocab + 1])
     only the prefixes that can minimise are computed exactly: every gap is at most
     p(H_k) − lower_k, so a prefix with p(H_k) − upper_k above the smallest of those (by more
     than rounding, ``PRUNING_MARGIN``) is not a minimiser. ``all_in_mass`` then takes the
     mask of the prefixes to compute as a second argument (others may be NaN).
-    # target, draft [batch, vocab] (checked) -> OptimalAcceptance ([batch], [batch, vocab])
+    # rows: RowPairs [batch, vocab] -> OptimalAcceptance ([batch], [batch, vocab])
     """
     acceptance, subsets = [], []
-    for start in range(0, target.shape[0], SCAN_ROW_BLOCK):
-        rows = slice(start, start + SCAN_ROW_BLOCK)
-        order = scan_order(target[rows], draft[rows])
-        ordered_draft = np.take_along_axis(draft[rows], order, axis=1)
-        inside = prefix_sums(np.take_along_axis(target[rows], order, axis=1))  # p(H_k), [rows, V+1]
+    for start in range(0, rows.target.shape[0], SCAN_ROW_BLOCK):
+        block = slice(start, start + SCAN_ROW_BLOCK)
+        order, ordered_draft, inside = rows.scan_order[block], rows.draft_in_scan_order[block], rows.target_inside[block]
         if mass_bounds is None:
             gaps = inside - all_in_mass(ordered_draft)
         else:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from specbound.bounds import MAX_LP_VARIABLES, OptimalAcceptance, bruteforce_optimum, optimal_coupling, prefix_scan_optimum
+from specbound.bounds.rows import RowPairs
 from specbound.checks import WorkLimitError, positive_int
 from specbound.probability import as_distributions, as_target_and_draft, support_size
 
@@ -40,16 +41,19 @@ class DraftScheme:
     fixed_num_drafts: ClassVar[int | None] = None
 
     # -- the number of drafts -----------------------------------------------------------
-    def check_num_drafts(self, num_drafts, draft_probs: np.ndarray | None = None) -> int:
-        """Raise ValueError when ``num_drafts`` is not valid for this scheme (and rows)."""
+    def check_num_drafts(self, num_drafts, draft_probs: np.ndarray | None = None, support=None) -> int:
+        """Raise ValueError when ``num_drafts`` is not valid for this scheme (and rows, or
+        their ``support`` when it is known: tokens of positive draft probability [batch])."""
         positive_int("num_drafts", num_drafts)
         if self.fixed_num_drafts is not None and num_drafts != self.fixed_num_drafts:
             raise ValueError(
                 f"num_drafts: the {self.name} scheme is defined for n = "
                 f"{self.fixed_num_drafts} only, got {num_drafts}"
             )
-        if self.needs_distinct_support and draft_probs is not None:
-            smallest = int(_support(draft_probs).min())
+        if support is None and draft_probs is not None:
+            support = _support(draft_probs)
+        if self.needs_distinct_support and support is not None:
+            smallest = int(np.min(support))
             if num_drafts > smallest:
                 raise ValueError(
                     f"num_drafts: {num_drafts} distinct drafts requested but a draft_probs row "
@@ -111,8 +115,13 @@ class DraftScheme:
     def optimum(self, target_probs, draft_probs, num_drafts: int) -> OptimalAcceptance:
         """Exact α* and its certificate H*, batched, at any vocabulary size (SPEC.md §4.2).
         # target_probs, draft_probs [batch, vocab] -> OptimalAcceptance ([batch], [batch, vocab])"""
-        target, draft = self._checked(target_probs, draft_probs, num_drafts)
-        return self._optimum(target, draft, num_drafts)
+        return self.optimum_of(RowPairs.checked(target_probs, draft_probs), num_drafts)
+
+    def optimum_of(self, rows: RowPairs, num_drafts: int) -> OptimalAcceptance:
+        """``optimum`` of checked rows, reading their shared sorts and searches (``bounds.rows``)
+        instead of computing its own.  # rows [batch, vocab] -> OptimalAcceptance"""
+        self.check_num_drafts(num_drafts, support=rows.support)
+        return self._optimum(rows, num_drafts)
 
     def optimum_lp(self, target_probs, draft_probs, num_drafts: int) -> np.ndarray:
         """α* per row from the coupling LP on this scheme's exact joint law (small V only).
@@ -138,8 +147,8 @@ class DraftScheme:
         self.check_num_drafts(num_drafts, draft)
         return target, draft
 
-    def _optimum(self, target, draft, num_drafts) -> OptimalAcceptance:
-        return prefix_scan_optimum(target, draft, lambda ordered: self.all_in_mass(ordered, num_drafts))
+    def _optimum(self, rows: RowPairs, num_drafts) -> OptimalAcceptance:
+        return prefix_scan_optimum(rows, lambda ordered: self.all_in_mass(ordered, num_drafts))
 
     def all_in_mass(self, draft_in_order: np.ndarray, num_drafts: int) -> np.ndarray:
         """Q(H_k) = P(all n drafts ∈ H_k) for every prefix H_k of the given order, k = 0..V

@@ -71,8 +71,8 @@ class GreedyDrafts(DraftScheme):
         probs = [draft_row[token] / rest_mass for token in lasts]
         return np.array(tuples, dtype=np.int64).reshape(len(tuples), num_drafts), np.array(probs)
 
-    def _optimum(self, target, draft, num_drafts):
-        return greedy_optimum(target, draft, top_tokens(draft, num_drafts - 1))
+    def _optimum(self, rows, num_drafts):
+        return greedy_optimum(rows.target, rows.draft, rows.top(num_drafts - 1))
 
 
 @register_scheme
@@ -108,5 +108,5 @@ class SpecHubPairs(DraftScheme):
             probs += [draft_row[hub] * draft_row[token] / others_mass, draft_row[token]]
         return np.array(tuples, dtype=np.int64), np.array(probs)
 
-    def _optimum(self, target, draft, num_drafts):
-        return greedy_optimum(target, draft, top_tokens(draft, 1))
+    def _optimum(self, rows, num_drafts):
+        return greedy_optimum(rows.target, rows.draft, rows.top(1))

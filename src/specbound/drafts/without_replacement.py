@@ -84,12 +84,12 @@ class WithoutReplacement(DraftScheme):
             return inside**2 - outside * prefix_sums(squares) - top_term
         return np.stack([race_all_in_mass(row, num_drafts) for row in draft_in_order])
 
-    def _optimum(self, target, draft, num_drafts):
+    def _optimum(self, rows, num_drafts):
         if num_drafts <= 2:
-            return super()._optimum(target, draft, num_drafts)
+            return super()._optimum(rows, num_drafts)
         # the race only where its bounds from the n = 2 closed form leave a prefix a chance
         return prefix_scan_optimum(
-            target, draft,
+            rows,
             lambda ordered, needed: np.stack([race_all_in_mass(row, num_drafts, mask)
                                               for row, mask in zip(ordered, needed)]),
             mass_bounds=lambda ordered: race_mass_bounds(ordered, num_drafts, self.all_in_mass(ordered, 2)),

@@ -52,13 +52,15 @@ from pathlib import Path
 import numpy as np
 
 from specbound import arguments
+from specbound.bounds.rows import RowPairs
 from specbound.bounds.tail import TailCut, cut_tails
 from specbound.checks import finite_number, positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
 from specbound.engine.methods import autoregressive, chain
 from specbound.models.pair import ModelPair
-from specbound.studies.acceptance_methods import acceptance_methods, attained_optimum, method_acceptance
+from specbound.studies.acceptance_methods import (acceptance_methods, attained_optimum, method_acceptance,
+                                                   method_acceptance_of)
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
@@ -250,18 +252,38 @@ class AcceptanceStudy(Study):
 
 def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
     """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
-    no exact value at this size (``method_acceptance``'s ValueError). One call per row:
-    batching rows of different lengths by padding was measured slower (the padding costs
-    more than the calls it saves). A verifier that attains its scheme's α* by construction
-    takes the optimum's values when those are computed too."""
-    acceptance, missing = {}, {}
-    for method in methods:
-        if attained_optimum(method, num_drafts) in acceptance:
-            acceptance[method] = list(acceptance[attained_optimum(method, num_drafts)])
-            continue
+    no exact value at this size (``method_acceptance``'s ValueError). Each row is checked
+    once and every method reads the same checked form, so its sorts and searches are done
+    once for all methods (``bounds.rows.RowPairs``). One call per row: batching rows of
+    different lengths by padding was measured slower (the padding costs more than the calls
+    it saves). A verifier that attains its scheme's α* by construction takes the optimum's
+    values when those are computed before it."""
+    reused = {}
+    for index, method in enumerate(methods):
+        if attained_optimum(method, num_drafts) in methods[:index]:
+            reused[method] = attained_optimum(method, num_drafts)
+    acceptance, missing = _row_by_row([method for method in methods if method not in reused], pairs, num_drafts)
+    fallback = [method for method, optimum in reused.items() if optimum in missing]
+    computed, computed_missing = _row_by_row(fallback, pairs, num_drafts)
+    acceptance.update(computed)
+    missing.update(computed_missing)
+    acceptance.update({method: list(acceptance[optimum]) for method, optimum in reused.items() if optimum in acceptance})
+    return {method: acceptance[method] for method in methods if method in acceptance}, missing
+
+
+def _row_by_row(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
+    """``exact_acceptances`` without the reuse: every method at every row, rows outer."""
+    acceptance, missing = {method: [] for method in methods}, {}
+    for target, draft in pairs:
         try:
-            acceptance[method] = [method_acceptance(method, target[None], draft[None], num_drafts)[0]
-                                  for target, draft in pairs]
+            rows = RowPairs.checked(target[None], draft[None])
         except ValueError as error:
-            missing[method] = str(error)
-    return acceptance, missing
+            missing.update({method: str(error) for method in methods})
+            break
+        for method in methods:
+            if method not in missing:
+                try:
+                    acceptance[method].append(method_acceptance_of(method, rows, num_drafts)[0])
+                except ValueError as error:
+                    missing[method] = str(error)
+    return {method: values for method, values in acceptance.items() if method not in missing}, missing

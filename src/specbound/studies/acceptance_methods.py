@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specbound.bounds.rows import RowPairs
 from specbound.drafts import DRAFT_SCHEMES, DraftScheme
 from specbound.probability import support_size
 from specbound.verifiers import VERIFIERS, Verifier
@@ -42,17 +43,24 @@ class AcceptanceMethod:
         """Exact acceptance with ``num_drafts`` drafts at every row, each row getting as
         many as its draft law allows (the engine's rule).
         # target_rows, draft_rows [positions, vocab] -> [positions]"""
-        counts = self.scheme.effective_num_drafts(num_drafts, support_size(draft_rows))
-        acceptance = np.empty(draft_rows.shape[0])
+        return self.acceptance_of(RowPairs.checked(target_rows, draft_rows), num_drafts)
+
+    def acceptance_of(self, rows: RowPairs, num_drafts: int) -> np.ndarray:
+        """``acceptance`` of checked rows, reading the sorts and searches they share with
+        every other method (``bounds.rows``).  # rows [positions, vocab] -> [positions]"""
+        counts = self.scheme.effective_num_drafts(num_drafts, rows.support)
+        if np.all(counts == counts[0]):
+            return self._at(rows, int(counts[0]))
+        acceptance = np.empty(rows.draft.shape[0])
         for count in np.unique(counts):
-            rows = counts == count
-            acceptance[rows] = self._at(target_rows[rows], draft_rows[rows], int(count))
+            selected = counts == count
+            acceptance[selected] = self._at(rows.select(selected), int(count))
         return acceptance
 
-    def _at(self, target, draft, count):
+    def _at(self, rows, count):
         if self.verifier is None:
-            return self.scheme.for_num_drafts(count).optimum(target, draft, count).acceptance
-        return self.verifier.for_num_drafts(count).acceptance_rate(target, draft, count)
+            return self.scheme.for_num_drafts(count).optimum_of(rows, count).acceptance
+        return self.verifier.for_num_drafts(count).acceptance_rate_of(rows, count)
 
 
 def optimum_name(scheme: DraftScheme) -> str:
@@ -84,11 +92,17 @@ def method_label(name: str) -> str:
 def method_acceptance(method: str, target_rows, draft_rows, num_drafts: int) -> np.ndarray:
     """Exact acceptance of ``method`` (a key of ``acceptance_methods``) asked for with
     ``num_drafts`` drafts, at every row.  # [positions, vocab] x2 -> [positions]"""
+    return method_acceptance_of(method, RowPairs.checked(target_rows, draft_rows), num_drafts)
+
+
+def method_acceptance_of(method: str, rows: RowPairs, num_drafts: int) -> np.ndarray:
+    """``method_acceptance`` of checked rows, which every method at every n reads its sorts
+    and searches from.  # rows [positions, vocab] -> [positions]"""
     methods = acceptance_methods()
     if method not in methods:
         raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(methods)}")
     entry = methods[method]
-    return entry.acceptance(target_rows, draft_rows, entry.count(num_drafts))
+    return entry.acceptance_of(rows, entry.count(num_drafts))
 
 
 def attained_optimum(method: str, num_drafts: int) -> str | None:

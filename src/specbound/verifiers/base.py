@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from specbound.drafts import DraftScheme, get_draft_scheme
+from specbound.bounds.rows import RowPairs
 from specbound.probability import SUM_TOLERANCE, as_draft_tokens, as_target_and_draft
 
 
@@ -93,13 +94,13 @@ class Verifier:
         return get_draft_scheme(self.scheme)
 
     # -- the number of drafts ------------------------------------------------------------
-    def check_num_drafts(self, num_drafts, draft_probs=None) -> None:
+    def check_num_drafts(self, num_drafts, draft_probs=None, support=None) -> None:
         if self.fixed_num_drafts is not None and num_drafts != self.fixed_num_drafts:
             raise ValueError(
                 f"num_drafts: verifier {self.name!r} takes exactly {self.fixed_num_drafts} "
                 f"draft(s), got {num_drafts}"
             )
-        self.draft_scheme.check_num_drafts(num_drafts, draft_probs)
+        self.draft_scheme.check_num_drafts(num_drafts, draft_probs, support)
 
     def default_num_drafts(self, num_drafts: int) -> int:
         """The count this verifier is evaluated at when ``num_drafts`` are asked for: its
@@ -169,6 +170,11 @@ class Verifier:
         """Exact P(emitted token ∈ drafts) under the verifier's draft scheme.  # -> [batch]"""
         target, draft, _ = self._check(target_probs, draft_probs, num_drafts=num_drafts)
         return self._acceptance_rate(target, draft, num_drafts)
+
+    def acceptance_rate_of(self, rows: RowPairs, num_drafts: int) -> np.ndarray:
+        """``acceptance_rate`` of checked rows (``bounds.rows``), not checked again.  # -> [batch]"""
+        self.check_num_drafts(num_drafts, support=rows.support)
+        return self._acceptance_rate(rows.target, rows.draft, num_drafts)
 
     def optimum(self, target_probs, draft_probs, num_drafts: int) -> np.ndarray:
         """α* of the verifier's draft scheme: what any lossless verifier could reach with
