@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from edge_cases import EXACT_KINDS, distribution_pairs
 from specbound.bounds import prefix_scan_optimum
-from specbound.bounds.rows import RowPairs
 from specbound.bounds.race import RACE_ACCURACY, race_all_in_mass, race_mass_bounds
+from specbound.bounds.rows import RowPairs
 from specbound.drafts import get_draft_scheme
 from test_optimal_acceptance import without_replacement_prefix_mass
 

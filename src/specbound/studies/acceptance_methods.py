@@ -11,7 +11,6 @@ import numpy as np
 
 from specbound.bounds.rows import RowPairs
 from specbound.drafts import DRAFT_SCHEMES, DraftScheme
-from specbound.probability import support_size
 from specbound.verifiers import VERIFIERS, Verifier
 
 DEFAULT_TEMPERATURE = 0.7  # [HU]'s defaults, the headline of the tables

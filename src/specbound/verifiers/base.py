@@ -32,8 +32,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from specbound.drafts import DraftScheme, get_draft_scheme
 from specbound.bounds.rows import RowPairs
+from specbound.drafts import DraftScheme, get_draft_scheme
 from specbound.probability import SUM_TOLERANCE, as_draft_tokens, as_target_and_draft
 
 
