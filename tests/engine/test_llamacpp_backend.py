@@ -249,3 +249,20 @@ def test_a_row_added_between_steps_decodes_as_if_prefilled_first(gguf_models):
     assert lm.lengths == [5, 3]
     assert torch.allclose(rows[0], alone(lm, [1, 2, 3, 4, 1]), atol=ROUNDING)
     assert torch.allclose(rows[1], alone(lm, [5, 4, 2]), atol=ROUNDING)
+
+
+def test_the_file_s_metadata_is_read_from_llama_cpp_including_its_eos_id(tmp_path, target_model, gguf_models):
+    """The EOS id named in a GGUF file's metadata, as llama.cpp read it at load (the pair's
+    EOS ids include it), and no id from a file that names none."""
+    def with_eos(writer):
+        writer.add_tokenizer_model("none")
+        writer.add_vocab_size(target_model.config.vocab_size)
+        writer.add_eos_token_id(EOS)
+        writer.add_string("test.long_value", "x" * 1000)  # longer than the first buffer
+
+    named = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "eos.gguf", tokenizer=with_eos), threads=1)
+    assert named.eos_token_ids == [EOS]
+    assert named.metadata("general.name") == "tiny-qwen2"
+    assert named.metadata("test.long_value") == "x" * 1000
+    assert named.metadata("no.such.key") is None
+    assert gguf_models[0].eos_token_ids == []

@@ -130,6 +130,26 @@ class LlamaCppModel:
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
         self.fingerprint = fingerprint or _file_fingerprint(self.path)
 
+    def metadata(self, key: str) -> str | None:
+        """The file's metadata value ``key`` as text (llama.cpp's reading of it, already in
+        memory: no second parse of the file), None where the file has no such key."""
+        llama_cpp = _llama()
+        size = 256
+        while True:
+            buffer = ctypes.create_string_buffer(size)
+            length = int(llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, size))
+            if length < 0:
+                return None
+            if length < size:
+                return buffer.value.decode(errors="replace")
+            size = length + 1
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The EOS id the file's metadata names (``tokenizer.ggml.eos_token_id``), if any."""
+        value = self.metadata("tokenizer.ggml.eos_token_id")
+        return [] if value is None else [int(value)]
+
     def new_context(self, n_ctx: int, n_seq_max: int, n_batch: int):
         llama_cpp = _llama()
         parameters = llama_cpp.llama_context_default_params()

@@ -112,14 +112,6 @@ def gguf_file(source: str | os.PathLike, cache_dir=None, progress: bool = True) 
                      "existing .gguf file")
 
 
-def gguf_eos_token_ids(path: Path) -> list[int]:
-    """The EOS id(s) a GGUF file's metadata names (``tokenizer.ggml.eos_token_id``)."""
-    import gguf
-
-    field = gguf.GGUFReader(str(path)).fields.get("tokenizer.ggml.eos_token_id")
-    return [] if field is None else [int(field.parts[index][0]) for index in field.data]
-
-
 @offline()
 def load_gguf_tokenizer(path: Path, sha256: str, cache_dir=None, progress: bool = True) -> PreTrainedTokenizerBase:
     """The tokenizer transformers reads from the GGUF file ``path`` — the one the torch

@@ -253,7 +253,7 @@ def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, th
     the torch backend's conversion puts in its generation config). ``threads``: CPU threads
     per forward (default all cores)."""
     from specbound.engine.llamacpp import LlamaCppModel
-    from specbound.models.loading import gguf_eos_token_ids, gguf_file, load_gguf_tokenizer
+    from specbound.models.loading import gguf_file, load_gguf_tokenizer
 
     target_path, target_sha = gguf_file(target, progress=progress)
     target_model = LlamaCppModel(target_path, threads, fingerprint=target_sha[:16])
@@ -270,7 +270,7 @@ def load_llamacpp_pair(target: str, draft: str | None, progress: bool = True, th
     vocab_size = target_model.n_vocab if draft_model is None else min(target_model.n_vocab, draft_model.n_vocab)
     if len(tokenizer) > vocab_size:
         raise ValueError(f"target: {vocab_size} logits per row, fewer than the tokenizer's {len(tokenizer)} tokens")
-    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, None) | set(gguf_eos_token_ids(target_path))))
+    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, None) | set(target_model.eos_token_ids)))
     return ModelPair(
         target=target_model,
         draft=draft_model,
