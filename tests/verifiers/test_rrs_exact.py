@@ -156,3 +156,26 @@ def test_the_first_bracket_closes_when_the_largest_draft_values_have_bins_of_the
     low, high = three_draft_bounds(target, draft)
     assert passes[0] == 64 and passes[-1] < vocab_size
     assert high - low <= 2e-10 and 0.5 * (low + high) == pytest.approx(0.5 * (exact_low + exact_high), abs=1e-12)
+
+
+def test_a_row_of_more_values_than_one_pass_holds_starts_coarse_and_one_that_fits_is_exact_at_once(monkeypatch):
+    """More distinct draft values than FIRST_BIN_COUNT: the first pass has COARSE_BIN_COUNT
+    bins and the bracket it reaches (refined if need be) holds the exact value; at most FIRST_BIN_COUNT
+    values: one pass with a bin per value, exact."""
+    rng = np.random.default_rng(7)
+    vocab_size = 3000
+    logits = -2.5 * np.log(np.arange(1, vocab_size + 1)) + 0.3 * rng.normal(size=vocab_size)
+    target, draft = (np.exp(row / 0.7) / np.exp(row / 0.7).sum() for row in (logits, logits + 0.8 * rng.normal(size=vocab_size)))
+    exact_low, exact_high = three_draft_bounds(target, draft)  # 3000 values fit one pass of 4096 bins
+    passes = []
+    bracket = rrs_acceptance._bracket
+    monkeypatch.setattr(rrs_acceptance, "_bracket", lambda *args: passes.append(len(args[3])) or bracket(*args))
+    three_draft_bounds(target, draft)
+    assert passes == [len(np.unique(draft))]
+    passes.clear()
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 2000)
+    monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", 16)
+    low, high = three_draft_bounds(target, draft)
+    assert passes[0] == 16
+    assert exact_low == exact_high  # a bin per value: exact
+    assert high - low <= 2e-10 and low - 1e-13 <= exact_low <= high + 1e-13  # certified: it holds the value

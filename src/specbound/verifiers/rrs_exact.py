@@ -27,7 +27,10 @@ recursion, for small vocabularies.
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
 ``recursion_seconds`` estimate a call): a bracket pass over G groups of x1, B bins of x2
 and V tokens costs about 9e-8·G·B + 4e-8·G·V/256 s and holds 128·min(G, 256)·B bytes.
-Refinement stops where the next pass would take the n = 3 computation past
+The first pass has a bin per value where the row has at most ``FIRST_BIN_COUNT`` distinct
+draft values (exact at once: a bf16 model's rows), else ``COARSE_BIN_COUNT`` bins (llama.cpp's
+float32 rows, ~10^5 values: the bracket mostly closes there); each further pass has 8× the
+bins. Refinement stops where the next pass would take the n = 3 computation past
 ``BRACKET_SECONDS_LIMIT`` or a pass past ``BRACKET_BYTES_LIMIT``; the acceptance is then the
 midpoint of the certified bracket reached, and a ``BracketWarning`` gives the bracket.
 Bins give the largest draft values one each (``_bin_starts``), where A3 moves most. The n ≥ 4
@@ -54,7 +57,8 @@ SECONDS_PER_GROUP_BIN = 9e-8
 SECONDS_PER_CHUNK_TOKEN = 4e-8
 BYTES_PER_GROUP_BIN = 128  # the [groups, bins] arrays of one chunk of _bracket
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
-FIRST_BIN_COUNT = 4096
+FIRST_BIN_COUNT = 4096  # the first pass's bins: one exact pass for rows of at most this many values
+COARSE_BIN_COUNT = 1024  # the first pass's bins for rows of more (llama.cpp's float32 rows: ~10^5)
 GROUP_CHUNK = 256
 
 
@@ -127,7 +131,8 @@ def three_draft_seconds(target_row, draft_row) -> float:
     ``BRACKET_SECONDS_LIMIT`` (where refinement stops)."""
     groups = len(np.unique(draft_row[draft_row > target_row]))
     distinct = len(np.unique(draft_row[draft_row > 0]))
-    passes = bracket_seconds(groups, len(draft_row), min(FIRST_BIN_COUNT, distinct))
+    passes = bracket_seconds(groups, len(draft_row),
+                             distinct if distinct <= FIRST_BIN_COUNT else min(COARSE_BIN_COUNT, FIRST_BIN_COUNT))
     if distinct > FIRST_BIN_COUNT:
         passes += bracket_seconds(groups, len(draft_row), distinct)
     return min(BRACKET_SECONDS_LIMIT, passes)
@@ -251,7 +256,11 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
         ratio = residual[positive] / values
     distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
     spent = 0.0
-    bins = min(FIRST_BIN_COUNT, len(distinct), _affordable_bins(len(removed), len(values), spent))
+    # Rows of more distinct values than one pass can hold start coarser: a pass costs in
+    # proportion to its bins, and on real float32 rows 1,024 bins close the bracket where
+    # 4,096 did (benchmarks/results/study_exact_unit.md).
+    first = FIRST_BIN_COUNT if len(distinct) <= FIRST_BIN_COUNT else min(COARSE_BIN_COUNT, FIRST_BIN_COUNT)
+    bins = min(first, len(distinct), _affordable_bins(len(removed), len(values), spent))
     if bins < 1:
         raise WorkLimitError(
             f"num_drafts: RRS-without-replacement acceptance for n = 3 needs about "
