@@ -27,7 +27,8 @@ every branch sequence; a cell that belongs to no sequence is free again.
 
 **Not batch-invariant.** llama.cpp's matrix products tile by the number of rows, so a row
 scored inside a k-row forward differs from the same row scored alone by rounding (measured
-on the default target, T = 0.7: up to 7e-5 in total variation). Verification is exact for
+on the default target, T = 0.7: total variation 0 at 2 rows, up to 0.043 at 4–16 rows;
+``benchmarks/bench_llamacpp_invariance.py``). Verification is exact for
 the rows the verification forward computed — the law sampled is the target's as that
 forward computes it, as in llama.cpp's own loop — and ``generate_batch`` gives the tokens of
 solo runs only where the forward is invariant.
