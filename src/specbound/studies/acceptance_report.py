@@ -1,6 +1,7 @@
 """The acceptance study's tables and report section [HU] §5: per-token means with standard
 errors over prompts, each verifier's gap to its scheme's α*, the ablations over
-temperature and n, and the papers' qualitative findings checked on the numbers.
+temperature and n, the papers' qualitative findings checked on the numbers, and our table
+beside [HU]'s published one (``published``): the orderings and the gaps to α*, not the values.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from specbound.statistics import grouped_per_token_means
 from specbound.studies.acceptance_methods import (DEFAULT_NUM_DRAFTS, DEFAULT_TEMPERATURE, acceptance_methods,
                                                   bound_of, method_label)
 from specbound.studies.document import Bullets, Heading, Image, Paragraph, Table, estimate, slug
+from specbound.studies.published import MODEL_PAIR, NOT_COMPARABLE, PUBLISHED, PublishedTable
 from specbound.studies.records import StudyResults
 
 
@@ -134,6 +136,7 @@ PAPER_COMPARISONS = (
     ("α* without vs with replacement", "optimal_without_replacement", "optimal_with_replacement"),
     ("RRS without vs with replacement", "rrs_without_replacement", "rrs"),
     ("greedy vs RRS without replacement", "greedy", "rrs_without_replacement"),
+    ("K-SEQ vs RRS", "kseq", "rrs"),
 )
 
 
@@ -151,6 +154,7 @@ def acceptance_report(studies: list[StudyResults], figure_dir: Path) -> list:
         *_tail_blocks(studies),
         Heading(3, "Acceptance per token, method × dataset"),
         Table(*acceptance_table(studies)),
+        *_published_section(studies),
     ]
     for results in studies:
         dataset = results.settings["dataset"]
@@ -228,7 +232,8 @@ def _findings(results: StudyResults, summary: dict) -> list:
             for what, first, second in PAPER_COMPARISONS:
                 a, b = value(first), value(second)
                 if a is not None and b is not None:
-                    verdict = f"{method_label(first)} wins" if a > b else f"{method_label(second)} wins" if b > a else "tie"
+                    winner = _higher(first, second, a, b)
+                    verdict = f"{method_label(winner)} wins" if winner else "tie"
                     facts.append(f"{what}: {a:.4f} vs {b:.4f} ({verdict})")
             gaps = [f"{m} {estimate(gaps_to_optimum[(temperature, count, m)])}" for m in settings["methods"]
                     if (temperature, count, m) in gaps_to_optimum]
@@ -239,3 +244,116 @@ def _findings(results: StudyResults, summary: dict) -> list:
     if not lines:
         return []
     return [Paragraph("Findings of the papers, checked here (per-token means):"), Bullets(lines)]
+
+
+def _higher(first: str, second: str, a: float, b: float) -> str | None:
+    """The method of the larger value, None for a tie."""
+    return first if a > b else second if b > a else None
+
+
+# -- beside the published table ---------------------------------------------------------------
+def _two_errors(value):
+    """(mean, se, positions) -> (mean, 2 se): an interval of two standard errors."""
+    return None if value is None else (value[0], 2 * value[1])
+
+
+def _separated_higher(first: str, second: str, a, b) -> str | None:
+    """The method whose 2-s.e. interval lies wholly above the other's; None where the
+    intervals overlap, a value is missing, or has no error estimate (one prompt)."""
+    if a is None or b is None:
+        return None
+    if a[0] - 2 * a[1] > b[0] + 2 * b[1]:
+        return first
+    if b[0] - 2 * b[1] > a[0] + 2 * a[1]:
+        return second
+    return None
+
+
+def published_gap(published: PublishedTable, method: str, num_drafts: int) -> float | None:
+    """[HU]'s α* − α for ``method`` from their figures, where both are published."""
+    bound = bound_of(method, num_drafts)
+    if bound is None or not {method, bound} <= published.acceptance.keys():
+        return None
+    return published.acceptance[bound] - published.acceptance[method]
+
+
+def beside_published_table(results: StudyResults, published: PublishedTable | None) -> tuple[list[str], list[list]]:
+    """One row per method at the headline (T, n): ours, per-token mean ± 2 s.e., and its gap
+    to its α* (``gap_summary``, paired, ± 2 s.e.); then [HU]'s figure and their gap, where
+    ``published`` is given (no published columns otherwise)."""
+    summary, gaps = acceptance_summary(results), gap_summary(results)
+    temperature, count = headline_setting(results)
+    headers = ["method", "ours (± 2 s.e.)", "ours: α* − α"]
+    if published is not None:
+        headers += [f"Hu et al., {published.task}", "Hu et al.: α* − α"]
+    rows = []
+    for method in results.settings["methods"]:
+        key = (temperature, count, method)
+        row = [method_label(method), estimate(_two_errors(summary.get(key))), estimate(_two_errors(gaps.get(key)))]
+        if published is not None:
+            row += [estimate(published.acceptance.get(method), 3), estimate(published_gap(published, method, count), 3)]
+        rows.append(row)
+    return headers, rows
+
+
+def ordering_verdicts(results: StudyResults, published: PublishedTable) -> list[str]:
+    """For each of ``PAPER_COMPARISONS`` that [HU]'s figures order: their ordering, ours at
+    the headline (T, n), and whether they agree; ours is judged only where the two 2-s.e.
+    intervals do not overlap ("not resolved at this sample size" otherwise)."""
+    summary = acceptance_summary(results)
+    temperature, count = headline_setting(results)
+    lines = []
+    for what, first, second in PAPER_COMPARISONS:
+        if not {first, second} <= published.acceptance.keys():
+            continue
+        theirs = _higher(first, second, published.acceptance[first], published.acceptance[second])
+        if theirs is None:
+            continue
+        ours_first, ours_second = summary.get((temperature, count, first)), summary.get((temperature, count, second))
+        line = (f"{what}: Hu et al. {method_label(theirs)} higher ({published.acceptance[first]:.3f} vs "
+                f"{published.acceptance[second]:.3f})")
+        if ours_first is None or ours_second is None:
+            lines.append(line + "; ours not measured.")
+            continue
+        ours = _separated_higher(first, second, ours_first, ours_second)
+        values = f"{estimate(_two_errors(ours_first))} vs {estimate(_two_errors(ours_second))}"
+        if ours is None:
+            lines.append(line + f"; ours {values}: not resolved at this sample size.")
+        else:
+            agreement = "the orderings agree" if ours == theirs else "the orderings differ"
+            lines.append(line + f"; ours {method_label(ours)} higher ({values}): {agreement}.")
+    return lines
+
+
+def published_blocks(results: StudyResults) -> list:
+    """One dataset's table beside [HU]'s task (``PUBLISHED``), with the ordering verdicts;
+    a dataset without published figures gets our columns and says why."""
+    dataset = results.settings["dataset"]
+    published = PUBLISHED.get(dataset)
+    temperature, count = headline_setting(results)
+    beside = f" beside Hu et al.'s {published.task}" if published else ""
+    blocks = [Heading(4, f"{dataset} (T = {temperature:g}, n = {count}){beside}"),
+              Table(*beside_published_table(results, published))]
+    if published is None:
+        blocks.append(Paragraph(NOT_COMPARABLE.get(dataset, f"{dataset}: no published counterpart in Hu et al.")))
+        return blocks
+    blocks.append(Paragraph(f"Published figures: {published.source}."))
+    verdicts = ordering_verdicts(results, published)
+    return blocks + ([Bullets(verdicts)] if verdicts else [])
+
+
+def _published_section(studies: list[StudyResults]) -> list:
+    """Every dataset beside [HU]'s published figures, when some dataset has a counterpart."""
+    if not any(results.settings["dataset"] in PUBLISHED.keys() | NOT_COMPARABLE.keys() for results in studies):
+        return []
+    return [
+        Heading(3, "Beside Hu et al.'s published table"),
+        Paragraph(
+            f"Hu et al. measured {MODEL_PAIR}, not our pair, so what is compared is the ordering of the methods and "
+            "their gaps to α*, not the values. Their figures are quoted in SPEC.md §4.2 and §5 without their "
+            "setting and without standard errors (the paper's defaults: 1024 prompts per task, 128 tokens, "
+            "T = 0.7, n = 3); ours are at each dataset's headline setting, ± two standard errors over prompts. "
+            "Our ordering of two methods is judged only where their 2-s.e. intervals do not overlap."
+        ),
+        *[block for results in studies for block in published_blocks(results)],
+    ]

@@ -1,0 +1,114 @@
+"""The acceptance report sets our table beside Hu et al.'s published figures: our means
+± 2 s.e. and gaps to α* next to theirs, and the orderings compared only where our 2-s.e.
+intervals separate. The studies here are faked: position records written directly."""
+
+from pathlib import Path
+
+import pytest
+
+from specbound.studies.acceptance import HU2025_DATASETS
+from specbound.studies.acceptance_methods import acceptance_methods
+from specbound.studies.acceptance_report import (acceptance_report, beside_published_table, ordering_verdicts,
+                                                 published_gap)
+from specbound.studies.document import to_markdown
+from specbound.studies.published import NOT_COMPARABLE, PUBLISHED
+from specbound.studies.records import StudyResults
+
+
+def fake_study(dataset: str, acceptance_by_prompt: list[dict[str, float]], positions: int = 4) -> StudyResults:
+    """One prompt per dict, each with ``positions`` positions at T = 0.7, n = 3 where every
+    method has the dict's value."""
+    records = [
+        {"prompt_id": f"{dataset}/{prompt}", "temperature": 0.7, "num_drafts": 3, "acceptance": dict(values)}
+        for prompt, values in enumerate(acceptance_by_prompt) for _ in range(positions)
+    ]
+    settings = {"dataset": dataset, "methods": list(acceptance_by_prompt[0]), "temperatures": [0.7],
+                "num_drafts": [3]}
+    return StudyResults(Path("unused"), settings, records, [], {})
+
+
+def separated() -> StudyResults:
+    """Greedy far above RRS without replacement on every prompt, prompts close together."""
+    return fake_study("instructions", [
+        {"optimal_without_replacement": 0.82 + shift, "rrs_without_replacement": 0.80 + shift, "greedy": 0.95 + shift,
+         "optimal_greedy": 0.95 + shift} for shift in (0.0, 0.01, -0.01, 0.005)])
+
+
+def overlapping() -> StudyResults:
+    """Greedy and RRS without replacement within each other's spread over prompts."""
+    return fake_study("instructions", [
+        {"optimal_without_replacement": 0.9, "rrs_without_replacement": 0.6, "greedy": 0.65, "optimal_greedy": 0.65},
+        {"optimal_without_replacement": 0.9, "rrs_without_replacement": 0.8, "greedy": 0.75, "optimal_greedy": 0.75},
+        {"optimal_without_replacement": 0.9, "rrs_without_replacement": 0.7, "greedy": 0.72, "optimal_greedy": 0.72},
+    ])
+
+
+def test_every_published_figure_names_a_study_method_and_a_dataset_of_hu2025():
+    assert PUBLISHED.keys() | NOT_COMPARABLE.keys() <= set(HU2025_DATASETS)
+    for table in PUBLISHED.values():
+        assert table.acceptance.keys() <= acceptance_methods().keys()
+        assert all(0.0 < value < 1.0 for value in table.acceptance.values()) and "SPEC.md" in table.source
+
+
+def test_the_table_sets_ours_with_two_errors_beside_the_published_figures_and_gaps():
+    results = separated()
+    headers, rows = beside_published_table(results, PUBLISHED["instructions"])
+    assert headers == ["method", "ours (± 2 s.e.)", "ours: α* − α", "Hu et al., Alpaca", "Hu et al.: α* − α"]
+    by_method = {row[0]: row for row in rows}
+    # 4 prompts of 4 positions each: the standard error over prompts of their shifts
+    shifts = [0.0, 0.01, -0.01, 0.005]
+    mean = sum(shifts) / 4
+    error = (sum((s - mean) ** 2 for s in shifts) * 4 / 3) ** 0.5 / 4
+    assert by_method["RRS without replacement"][1] == f"{0.80 + mean:.4f} ± {2 * error:.4f}"
+    assert by_method["RRS without replacement"][2] == "0.0200 ± 0.0000"  # paired: the same 0.02 at every position
+    assert by_method["RRS without replacement"][3:] == ["0.889", "0.010"]  # 0.899 − 0.889
+    assert by_method["α* without replacement"][2:] == ["—", "0.899", "—"]
+    assert by_method["greedy verifier"][3:] == ["0.907", "—"]  # α* greedy is not published
+
+
+def test_the_ordering_is_stated_where_the_intervals_separate():
+    verdicts = ordering_verdicts(separated(), PUBLISHED["instructions"])
+    greedy = next(line for line in verdicts if line.startswith("greedy vs RRS without replacement"))
+    assert "Hu et al. greedy verifier higher (0.907 vs 0.889)" in greedy
+    assert "ours greedy verifier higher" in greedy and greedy.endswith("the orderings agree.")
+    # RRS (with replacement) and K-SEQ are published for Alpaca but not run in this study
+    assert any(line.startswith("K-SEQ vs RRS") and line.endswith("ours not measured.") for line in verdicts)
+
+
+def test_the_ordering_is_not_resolved_where_the_intervals_overlap():
+    greedy = next(line for line in ordering_verdicts(overlapping(), PUBLISHED["instructions"])
+                  if line.startswith("greedy vs RRS without replacement"))
+    assert greedy.endswith("not resolved at this sample size.") and "agree" not in greedy
+
+
+def test_an_opposite_ordering_is_reported_as_differing():
+    results = fake_study("summarize", [
+        {"rrs_without_replacement": 0.9 + shift, "greedy": 0.7 + shift} for shift in (0.0, 0.01, -0.01)])
+    (line,) = ordering_verdicts(results, PUBLISHED["summarize"])
+    assert "Hu et al. greedy verifier higher (0.842 vs 0.815)" in line
+    assert "ours RRS without replacement higher" in line and line.endswith("the orderings differ.")
+
+
+def test_a_dataset_without_a_published_counterpart_gets_no_published_column(tmp_path):
+    other = fake_study("humaneval", [{"rrs_without_replacement": 0.8, "greedy": 0.9}] * 2)
+    mt_bench = fake_study("mt_bench", [{"rrs_without_replacement": 0.8, "greedy": 0.9}] * 2)
+    markdown = to_markdown(acceptance_report([separated(), other, mt_bench], tmp_path))
+    assert "### Beside Hu et al.'s published table" in markdown
+    assert "#### instructions (T = 0.7, n = 3) beside Hu et al.'s Alpaca" in markdown
+    section = markdown.split("#### humaneval (T = 0.7, n = 3)")[1].split("####")[0]
+    assert "| method | ours (± 2 s.e.) | ours: α* − α |\n" in section and "Hu et al.," not in section
+    assert "no published counterpart" in section
+    mt_bench_section = markdown.split("#### mt_bench (T = 0.7, n = 3)")[1]
+    assert "Hu et al.," not in mt_bench_section.split("\n\n")[1] and "multi-step draft trees" in mt_bench_section
+
+
+def test_a_report_of_datasets_without_counterparts_has_no_published_section(tmp_path):
+    markdown = to_markdown(acceptance_report([fake_study("toy", [{"greedy": 0.9}] * 2)], tmp_path))
+    assert "Beside Hu et al." not in markdown
+
+
+@pytest.mark.parametrize("dataset", sorted(PUBLISHED))
+def test_published_gaps_are_never_negative(dataset):
+    table = PUBLISHED[dataset]
+    gaps = [published_gap(table, method, 3) for method in table.acceptance]
+    assert all(gap >= 0.0 for gap in gaps if gap is not None)
