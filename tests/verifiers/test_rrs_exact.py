@@ -48,7 +48,8 @@ def test_three_draft_acceptance_equals_the_recursion(rng):
 
 @pytest.mark.parametrize("bins", [1, 2, 5])
 def test_coarse_brackets_contain_the_exact_value(bins, rng, monkeypatch):
-    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", bins)
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 0)  # no exact first pass
+    monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", bins)
     widths = []
     for target, draft in instances(rng):
         exact = _recursive_acceptance(target, draft, 3)
@@ -56,6 +57,39 @@ def test_coarse_brackets_contain_the_exact_value(bins, rng, monkeypatch):
         assert low - 1e-13 <= exact <= high + 1e-13
         widths.append(high - low)
     assert max(widths) > 1e-3  # the brackets were really coarse, so the check had teeth
+
+
+def test_any_bins_of_x1_and_x2_values_bracket_the_exact_value(rng):
+    """The bracket is certified for every partition of the x1 values and of the x2 values
+    into runs, not only the ones the refinement picks: random starts on both sides, rows
+    with ties, a dominant draft token (s up to 10^6) and tokens of p = 0 or q = 0."""
+    checked = widths = 0
+    for target, draft in instances(rng, count=80):
+        if checked % 3 == 1:  # a dominant draft token: 1 − q(x1) tiny, s huge
+            draft = np.where(np.arange(draft.size) == np.argmax(draft), 1.0, 1e-6 * draft)
+            draft /= draft.sum()
+        exact = _recursive_acceptance(target, draft, 3)
+        levels = rrs_acceptance._ThreeLevels.of(target, draft)
+        if levels is None:
+            continue
+        for _ in range(4):
+            first = _random_starts(rng, len(levels.first_values))
+            second = levels.distinct[_random_starts(rng, len(levels.distinct))]
+            low, high = rrs_acceptance._bracket(levels, first, second)
+            assert low - 1e-12 <= exact <= high + 1e-12
+            widths += high - low > 1e-3
+        low, high = rrs_acceptance._bracket(levels, np.arange(len(levels.first_values)), levels.distinct)
+        assert low == pytest.approx(exact, abs=1e-12) and high == pytest.approx(exact, abs=1e-12)  # a bin per value
+        checked += 1
+    assert checked >= 50 and widths >= 20
+
+
+def _random_starts(rng, count):
+    """Starts of a random partition of range(count) into runs, the last value alone (as
+    ``_bin_starts`` keeps it: its x2 = x1 term cancels only there)."""
+    starts = np.r_[True, rng.random(count - 1) < rng.choice([0.1, 0.5, 0.9])]
+    starts[-1] = True
+    return np.flatnonzero(starts)
 
 
 def test_bf16_probabilities_are_exact_at_a_real_vocabulary_size():
@@ -136,46 +170,53 @@ def test_the_n4_recursion_is_refused_by_its_time_not_its_branch_count():
     assert rrs_acceptance.recursion_seconds(10**6, 10, 10**20) == np.inf  # no float overflow, no loop
 
 
-def test_the_first_bracket_closes_when_the_largest_draft_values_have_bins_of_their_own(monkeypatch):
-    """A float64 row of 3000 distinct values shaped like a language model's (Zipf-like, the
-    draft the target plus noise): 64 bins, half of them the largest draft values one each,
-    and then 512 close the bracket at the exact value without a bin per value (equal runs of
-    values put the top tokens' wide range in one bin and refine to all 3000 values)."""
-    rng = np.random.default_rng(7)
-    vocab_size = 3000
-    target_logits = np.empty(vocab_size)
-    target_logits[rng.permutation(vocab_size)] = -2.5 * np.log(np.arange(1, vocab_size + 1)) + 0.3 * rng.normal(size=vocab_size)
-    draft_logits = target_logits + 0.8 * rng.normal(size=vocab_size)
-    target, draft = (np.exp(logits / 0.7) / np.exp(logits / 0.7).sum() for logits in (target_logits, draft_logits))
-    exact_low, exact_high = three_draft_bounds(target, draft)  # refined as far as needed
-    assert exact_high - exact_low <= 2e-10
+def _zipf_like_row(rng, vocab_size):
+    """A float64 row pair of all-distinct values shaped like a language model's (Zipf-like,
+    the draft the target plus noise)."""
+    logits = np.empty(vocab_size)
+    logits[rng.permutation(vocab_size)] = -2.5 * np.log(np.arange(1, vocab_size + 1)) + 0.3 * rng.normal(size=vocab_size)
+    return tuple(np.exp(row / 0.7) / np.exp(row / 0.7).sum() for row in (logits, logits + 0.8 * rng.normal(size=vocab_size)))
+
+
+def _record_passes(monkeypatch):
     passes = []
     bracket = rrs_acceptance._bracket
-    monkeypatch.setattr(rrs_acceptance, "_bracket", lambda *args: passes.append(len(args[3])) or bracket(*args))
+    monkeypatch.setattr(rrs_acceptance, "_bracket",
+                        lambda levels, first, second: passes.append((len(first), len(second))) or bracket(levels, first, second))
+    return passes
+
+
+def test_bins_of_equal_mass_times_gap_close_the_bracket_far_below_a_bin_per_value(monkeypatch):
+    """3000 distinct draft values, 1308 of them above the target: bins of equal Σ √(mass·gap)
+    below the largest values (one bin each) close the bracket at 32 bins a side, where the
+    equal runs of values before them needed the 1308 x1 values exactly and 512 x2 bins."""
+    target, draft = _zipf_like_row(np.random.default_rng(7), 3000)
+    exact_low, exact_high = three_draft_bounds(target, draft)  # one exact pass: 3000 values fit
+    assert exact_low == exact_high
+    levels = rrs_acceptance._ThreeLevels.of(target, draft)
+    low, high = rrs_acceptance._bracket(levels, levels.first_bins(32), levels.second_bins(32))
+    assert low - 1e-13 <= exact_low <= high + 1e-13 and high - low <= 2e-10
     monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 64)
+    monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", 8)
+    passes = _record_passes(monkeypatch)
     low, high = three_draft_bounds(target, draft)
-    assert passes[0] == 64 and passes[-1] < vocab_size
-    assert high - low <= 2e-10 and 0.5 * (low + high) == pytest.approx(0.5 * (exact_low + exact_high), abs=1e-12)
+    requested = [(8, 8), (16, 16), (32, 32)]  # doubling a side each pass, stopping where it closes
+    assert len(passes) == len(requested) and all(np.all(np.less_equal(got, asked)) for got, asked in zip(passes, requested))
+    assert high - low <= 2e-10 and low - 1e-13 <= exact_low <= high + 1e-13
 
 
 def test_a_row_of_more_values_than_one_pass_holds_starts_coarse_and_one_that_fits_is_exact_at_once(monkeypatch):
     """More distinct draft values than FIRST_BIN_COUNT: the first pass has COARSE_BIN_COUNT
-    bins and the bracket it reaches (refined if need be) holds the exact value; at most FIRST_BIN_COUNT
-    values: one pass with a bin per value, exact."""
-    rng = np.random.default_rng(7)
-    vocab_size = 3000
-    logits = -2.5 * np.log(np.arange(1, vocab_size + 1)) + 0.3 * rng.normal(size=vocab_size)
-    target, draft = (np.exp(row / 0.7) / np.exp(row / 0.7).sum() for row in (logits, logits + 0.8 * rng.normal(size=vocab_size)))
+    bins a side and the bracket it reaches (refined if need be) holds the exact value; at
+    most FIRST_BIN_COUNT values on both sides: one pass with a bin per value, exact."""
+    target, draft = _zipf_like_row(np.random.default_rng(7), 3000)
+    passes = _record_passes(monkeypatch)
     exact_low, exact_high = three_draft_bounds(target, draft)  # 3000 values fit one pass of 4096 bins
-    passes = []
-    bracket = rrs_acceptance._bracket
-    monkeypatch.setattr(rrs_acceptance, "_bracket", lambda *args: passes.append(len(args[3])) or bracket(*args))
-    three_draft_bounds(target, draft)
-    assert passes == [len(np.unique(draft))]
+    assert passes == [(np.count_nonzero(draft > target), len(np.unique(draft)))]
+    assert exact_low == exact_high  # a bin per value: exact
     passes.clear()
     monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 2000)
     monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", 16)
     low, high = three_draft_bounds(target, draft)
-    assert passes[0] == 16
-    assert exact_low == exact_high  # a bin per value: exact
+    assert max(passes[0]) <= 16
     assert high - low <= 2e-10 and low - 1e-13 <= exact_low <= high + 1e-13  # certified: it holds the value

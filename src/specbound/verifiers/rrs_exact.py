@@ -19,29 +19,31 @@ facts keep it computable:
 So after one O(V log V) sort, each level is a few look-ups in G.
 
 Cost: n ≤ 2 is O(V log V). n = 3 sums over pairs (x1, x2); ``three_draft_bounds``
-groups both by draft probability, costing O(V log V + D1·D2) for D1, D2 distinct draft
-values (a few thousand for a bf16 model's softmax: exact and fast), and brackets the
-sum within a tolerance when there are too many distinct values. n ≥ 4 uses the plain
-recursion, for small vocabularies.
+groups both by draft probability into bins of values, exact where a bin holds one value
+and bracketed by monotone and interval bounds where it holds a range, costing
+O(V log V + B1·B2) for B1 × B2 bins: one exact pass where both sides have at most
+``FIRST_BIN_COUNT`` distinct values (a bf16 model's softmax: a few thousand), else a
+certified bracket refined until it is within a tolerance (llama.cpp's float32 rows: ~10^5
+distinct values, closed at 512–1,024 bins a side). n ≥ 4 uses the plain recursion, for
+small vocabularies.
 
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
-``recursion_seconds`` estimate a call): a bracket pass over G groups of x1, B bins of x2
-and V tokens costs about 9e-8·G·B + 4e-8·G·V/256 s and holds 128·min(G, 256)·B bytes.
-The first pass has a bin per value where the row has at most ``FIRST_BIN_COUNT`` distinct
-draft values (exact at once: a bf16 model's rows), else ``COARSE_BIN_COUNT`` bins (llama.cpp's
-float32 rows, ~10^5 values: the bracket mostly closes there); each further pass has 8× the
-bins. Refinement stops where the next pass would take the n = 3 computation past
-``BRACKET_SECONDS_LIMIT`` or a pass past ``BRACKET_BYTES_LIMIT``; the acceptance is then the
-midpoint of the certified bracket reached, and a ``BracketWarning`` gives the bracket.
-Bins give the largest draft values one each (``_bin_starts``), where A3 moves most. The n ≥ 4
-recursion (about 1e-4·(V + 1) s per level call), with no bracket to fall back on, is
-refused (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
+``recursion_seconds`` estimate a call): a row's sorts cost about 1e-6·V s, a bracket pass
+over B1 × B2 bins and V tokens about 9e-8·B1·B2 + 8e-8·B1·V/256 s, holding
+128·min(B1, 256)·B2 bytes. A row of more values than ``FIRST_BIN_COUNT`` starts at
+``COARSE_BIN_COUNT`` bins a side and doubles both each pass. Refinement stops where the
+next pass would take the n = 3 computation past ``BRACKET_SECONDS_LIMIT`` or a pass past
+``BRACKET_BYTES_LIMIT``; the acceptance is then the midpoint of the certified bracket
+reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (about
+1e-4·(V + 1) s per level call), with no bracket to fall back on, is refused
+(``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,8 +59,9 @@ SECONDS_PER_GROUP_BIN = 9e-8
 SECONDS_PER_CHUNK_TOKEN = 4e-8
 BYTES_PER_GROUP_BIN = 128  # the [groups, bins] arrays of one chunk of _bracket
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
-FIRST_BIN_COUNT = 4096  # the first pass's bins: one exact pass for rows of at most this many values
-COARSE_BIN_COUNT = 1024  # the first pass's bins for rows of more (llama.cpp's float32 rows: ~10^5)
+SECONDS_PER_ROW_TOKEN = 1e-6  # a row's sorts and curve, before any pass
+FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
+COARSE_BIN_COUNT = 512  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 GROUP_CHUNK = 256
 
 
@@ -127,20 +130,20 @@ class BracketWarning(UserWarning):
 
 
 def three_draft_seconds(target_row, draft_row) -> float:
-    """Estimated seconds of the n = 3 acceptance of one row: its bracket passes, at most
-    ``BRACKET_SECONDS_LIMIT`` (where refinement stops)."""
-    groups = len(np.unique(draft_row[draft_row > target_row]))
-    distinct = len(np.unique(draft_row[draft_row > 0]))
-    passes = bracket_seconds(groups, len(draft_row),
-                             distinct if distinct <= FIRST_BIN_COUNT else min(COARSE_BIN_COUNT, FIRST_BIN_COUNT))
-    if distinct > FIRST_BIN_COUNT:
-        passes += bracket_seconds(groups, len(draft_row), distinct)
-    return min(BRACKET_SECONDS_LIMIT, passes)
-
-
-def bracket_seconds(groups: int, tokens: int, bins: int) -> float:
-    """Estimated seconds of one ``_bracket`` pass (module docstring)."""
-    return SECONDS_PER_GROUP_BIN * groups * bins + SECONDS_PER_CHUNK_TOKEN * groups * tokens / GROUP_CHUNK
+    """Estimated seconds of the n = 3 acceptance of one row, at most
+    ``BRACKET_SECONDS_LIMIT`` (where refinement stops): one exact pass where both sides fit
+    ``FIRST_BIN_COUNT`` bins, else the coarse pass and one refinement (what real float32
+    rows take: ``benchmarks/results/study_exact_unit.md``)."""
+    first = len(np.unique(draft_row[draft_row > target_row]))
+    second = len(np.unique(draft_row[draft_row > 0]))
+    seconds = SECONDS_PER_ROW_TOKEN * len(draft_row)
+    if max(first, second) <= FIRST_BIN_COUNT:
+        seconds += bracket_seconds(first, len(draft_row), second)
+    else:
+        coarse = (min(COARSE_BIN_COUNT, first), min(COARSE_BIN_COUNT, second))
+        seconds += bracket_seconds(coarse[0], len(draft_row), coarse[1])
+        seconds += bracket_seconds(min(2 * coarse[0], first), len(draft_row), min(2 * coarse[1], second))
+    return min(BRACKET_SECONDS_LIMIT, seconds)
 
 
 def recursion_seconds(rejectable: int, vocab_size: int, num_drafts: int) -> float:
@@ -226,81 +229,130 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     α = A1 + Σ_{x1} (q − p)+(x1)·[A2(x1) + Σ_{x2 ≠ x1} w2(x2|x1)·A3(x1, x2)], with
     s = 1/(1 − q(x1)), A2 = G(s), w2 = q(x2)(s − r(x2))+ and
     A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) (module docstring).
-    Terms depend on x1 only through q(x1), so x1 is grouped by its value (exact); A3
-    depends on x2 only through q(x2), so x2 is grouped into bins of draft values: a bin
-    holding one value is exact, a bin holding a range is bracketed between A3 at its ends
-    (A3 is increasing in q(x2)). Bins are refined until the bracket is within
-    ``tolerance`` — with real models' few distinct probabilities it is exact at once.
+    Every term depends on x1 only through q(x1) and A3 on x2 only through q(x2), so both
+    are grouped by draft value: ``_bracket`` bounds the sum over bins of x1 values × bins of
+    x2 values, exactly where each bin holds one value. A row of at most
+    ``FIRST_BIN_COUNT`` distinct values on both sides (a bf16 model's softmax) gets one
+    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side and doubles them
+    until the bracket is within ``tolerance`` or the work limit is reached.
     """
-    target_row = np.asarray(target_row, dtype=np.float64)
-    draft_row = np.asarray(draft_row, dtype=np.float64)
-    first_rejection = np.maximum(draft_row - target_row, 0.0)
-    total_variation = first_rejection.sum()
-    if total_variation <= 0:
+    levels = _ThreeLevels.of(np.asarray(target_row, dtype=np.float64), np.asarray(draft_row, dtype=np.float64))
+    if levels is None:  # p ≤ q everywhere: the first draft is always accepted
         return 1.0, 1.0
-    residual = np.maximum(target_row - draft_row, 0.0) / total_variation
-    curve = min_sum_curve(residual, draft_row)
-
-    # x1: tokens with q > p, grouped by their draft probability c.
-    removed, group_weight = _sum_by_value(draft_row[first_rejection > 0], first_rejection[first_rejection > 0])
-    one_minus = _complement(draft_row)
-    scale = 1.0 / one_minus(removed)  # s per group
-    accept_second = curve(scale)  # A2 per group
-    rest = 1.0 - accept_second  # P(second draft rejected | x1) = Σ_x2 w2
-
-    # x2: every token with q > 0, sorted by draft probability.
-    positive = np.flatnonzero(draft_row > 0)
-    positive = positive[np.argsort(draft_row[positive], kind="stable")]
-    values = draft_row[positive]
-    with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
-        ratio = residual[positive] / values
-    distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
-    spent = 0.0
-    # Rows of more distinct values than one pass can hold start coarser: a pass costs in
-    # proportion to its bins, and on real float32 rows 1,024 bins close the bracket where
-    # 4,096 did (benchmarks/results/study_exact_unit.md).
-    first = FIRST_BIN_COUNT if len(distinct) <= FIRST_BIN_COUNT else min(COARSE_BIN_COUNT, FIRST_BIN_COUNT)
-    bins = min(first, len(distinct), _affordable_bins(len(removed), len(values), spent))
-    if bins < 1:
-        raise WorkLimitError(
-            f"num_drafts: RRS-without-replacement acceptance for n = 3 needs about "
-            f"{bracket_seconds(len(removed), len(values), 1):,.3g} s even for its coarsest bracket "
-            f"({len(removed):,} draft values above the target, V = {len(values):,}), above the limit of "
-            f"{BRACKET_SECONDS_LIMIT:g} s")
+    most = (len(levels.first_values), len(levels.distinct))  # a bin per value: exact
+    bins = most if max(most) <= FIRST_BIN_COUNT else (min(COARSE_BIN_COUNT, most[0]), min(COARSE_BIN_COUNT, most[1]))
+    spent = levels.setup_seconds
+    while not levels.affordable(bins, spent):
+        if bins == (1, 1):
+            raise WorkLimitError(
+                f"num_drafts: RRS-without-replacement acceptance for n = 3 needs about "
+                f"{levels.seconds((1, 1)) + spent:,.3g} s even for its coarsest bracket (V = {len(draft_row):,}), "
+                f"above the limit of {BRACKET_SECONDS_LIMIT:g} s")
+        bins = (max(1, min(bins[0], COARSE_BIN_COUNT) // 2), max(1, min(bins[1], COARSE_BIN_COUNT) // 2))
     while True:
-        edges = _bin_starts(distinct, bins)
-        low, high = _bracket(values, ratio, residual[positive], edges, removed, scale, accept_second, rest, curve,
-                             group_weight, one_minus)
-        low, high = 1.0 - total_variation + low, 1.0 - total_variation + high
-        spent += bracket_seconds(len(removed), len(values), bins)
-        if high - low <= 2 * tolerance or bins == len(distinct):
+        low, high = _bracket(levels, levels.first_bins(bins[0]), levels.second_bins(bins[1]))
+        spent += levels.seconds(bins)
+        if high - low <= 2 * tolerance or bins == most:
             return low, high
-        finer = min(8 * bins, len(distinct), _affordable_bins(len(removed), len(values), spent))
-        if finer <= bins:  # refining is beyond the work limit: the certified bracket reached
+        finer = (min(2 * bins[0], most[0]), min(2 * bins[1], most[1]))
+        if not levels.affordable(finer, spent):  # refining is beyond the work limit: the certified bracket reached
             return low, high
         bins = finer
 
 
-def _bin_starts(distinct, bins: int) -> np.ndarray:
-    """Start indices of ``bins`` bins of the tokens sorted by draft value (``distinct``: where
-    each distinct value starts): half the bins hold the largest values, one each, the rest
-    equal runs of the smaller values. A3 varies most with the largest q(x2): a bin holding
-    the top tokens' wide range of values leaves a wide bracket (5e-4 on a float64 row of
-    19,281 values at 4,096 equal bins), while among the small values A3 barely moves (the
-    same row's bracket closes at 512 bins split this way)."""
-    top = min(bins // 2, len(distinct))
-    rest = len(distinct) - top
-    runs = np.linspace(0, rest, bins - top + 1).astype(int)[:-1] if rest else np.zeros(0, dtype=int)
-    return distinct[np.unique(np.concatenate([runs, np.arange(rest, len(distinct))]))]
+def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
+    """Estimated seconds of one ``_bracket`` pass of ``first_bins`` × ``second_bins`` bins
+    over ``tokens`` draft tokens (module docstring), the row's sorts not included."""
+    return (SECONDS_PER_GROUP_BIN * first_bins * second_bins
+            + SECONDS_PER_CHUNK_TOKEN * 2 * first_bins * tokens / GROUP_CHUNK)
 
 
-def _affordable_bins(groups: int, tokens: int, spent: float) -> int:
-    """The most bins a ``_bracket`` pass can have within what is left of
-    ``BRACKET_SECONDS_LIMIT`` after ``spent`` seconds, and within ``BRACKET_BYTES_LIMIT``."""
-    seconds_left = BRACKET_SECONDS_LIMIT - spent - bracket_seconds(groups, tokens, 0)
-    by_time = seconds_left / (SECONDS_PER_GROUP_BIN * groups)
-    by_memory = BRACKET_BYTES_LIMIT / (BYTES_PER_GROUP_BIN * min(groups, GROUP_CHUNK))
-    return int(max(0.0, min(by_time, by_memory)))
+def _bin_starts(values, masses, bins: int) -> np.ndarray:
+    """Start indices of bins of sorted distinct ``values`` with their ``masses``, at most
+    ``bins`` of them (two where ``bins`` is 1): the largest half one value each, the largest
+    value always alone, the smaller values in runs of equal Σ √(mass·gap), gap the step to
+    the next value. A bin's part of the bracket is about its mass times its range of values
+    (A3 and the weights move about linearly in both draft values), and runs of equal
+    Σ √(mass·gap) make those products about equal (at a fixed number of bins the sum of
+    mass × range is smallest so): among the many tiny values of a real row the bins are
+    wide, near the top narrow. On llama.cpp's float32 rows this closes the bracket at 512
+    bins a side where equal runs of values needed a bin per x1 value and 4,096 x2 bins. The
+    largest value's own bin keeps ``_bracket`` exact where its s = 1/(1 − q) is huge (its
+    x2 = x1 term cancels there).
+    # values [k] ascending, masses [k] -> ascending, starting at 0"""
+    if bins >= len(values):
+        return np.arange(len(values))
+    top = max(1, bins // 2)
+    runs = max(1, bins - top)
+    rest = len(values) - top
+    steps = np.sqrt(masses[:rest] * np.diff(values[: rest + 1]))
+    reached = np.concatenate([[0.0], np.cumsum(steps)[:-1]])  # Σ before each value
+    total = reached[-1] + steps[-1]
+    run = np.minimum((reached * (runs / total)).astype(np.int64), runs - 1) if total > 0 else \
+        np.zeros(rest, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(run) != 0]))
+    return np.concatenate([starts, np.arange(rest, len(values))])
+
+
+@dataclass(frozen=True)
+class _ThreeLevels:
+    """What every ``_bracket`` pass of one row shares: the first rejection's law over x1
+    grouped by draft value (``first_values`` ascending, their weights (q − p)+, s, G(s)),
+    the positive draft tokens sorted by value (``values``, r = p²/q and p² in that order;
+    ``distinct`` where each value starts), the curve G and 1 − q sums."""
+
+    total_variation: float
+    curve: object
+    one_minus: object
+    first_values: np.ndarray
+    first_weights: np.ndarray
+    scale: np.ndarray
+    accept_second: np.ndarray
+    values: np.ndarray
+    ratio: np.ndarray
+    residual_mass: np.ndarray
+    distinct: np.ndarray
+    setup_seconds: float
+
+    @classmethod
+    def of(cls, target_row, draft_row):
+        first_rejection = np.maximum(draft_row - target_row, 0.0)
+        total_variation = first_rejection.sum()
+        if total_variation <= 0:
+            return None
+        residual = np.maximum(target_row - draft_row, 0.0) / total_variation
+        curve = min_sum_curve(residual, draft_row)
+        rejectable = first_rejection > 0
+        first_values, first_weights = _sum_by_value(draft_row[rejectable], first_rejection[rejectable])
+        one_minus = _complement(draft_row)
+        scale = 1.0 / one_minus(first_values)
+        positive = np.flatnonzero(draft_row > 0)
+        positive = positive[np.argsort(draft_row[positive], kind="stable")]
+        values = draft_row[positive]
+        with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
+            ratio = residual[positive] / values
+        distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
+        return cls(float(total_variation), curve, one_minus, first_values, first_weights, scale, curve(scale),
+                   values, ratio, residual[positive], distinct, SECONDS_PER_ROW_TOKEN * len(draft_row))
+
+    def first_bins(self, bins: int) -> np.ndarray:
+        """Start indices (into ``first_values``) of at most ``bins`` bins of x1 values."""
+        return _bin_starts(self.first_values, self.first_weights, bins)
+
+    def second_bins(self, bins: int) -> np.ndarray:
+        """Start indices (into ``values``) of at most ``bins`` bins of x2 values."""
+        counts = np.diff(np.append(self.distinct, len(self.values)))
+        distinct_values = self.values[self.distinct]
+        return self.distinct[_bin_starts(distinct_values, distinct_values * counts, bins)]
+
+    def seconds(self, bins) -> float:
+        return bracket_seconds(bins[0], len(self.values), bins[1])
+
+    def affordable(self, bins, spent: float) -> bool:
+        """Whether a pass of ``bins`` fits what is left of ``BRACKET_SECONDS_LIMIT`` after
+        ``spent`` seconds, and ``BRACKET_BYTES_LIMIT``."""
+        return (spent + self.seconds(bins) <= BRACKET_SECONDS_LIMIT
+                and BYTES_PER_GROUP_BIN * min(bins[0], GROUP_CHUNK) * bins[1] <= BRACKET_BYTES_LIMIT)
 
 
 def _complement(draft_row):
@@ -342,52 +394,80 @@ def _sum_by_value(values, weights):
     return values[starts], np.add.reduceat(weights, starts)
 
 
-def _bracket(values, ratio, residual_mass, edges, removed, scale, accept_second, rest, curve, group_weight, one_minus):
-    """Σ_g W_g·[A2_g + Σ_b L_b(g)·A3(g, ·)] with A3 at each bin's smallest and largest
-    draft value; L_b(g) = Σ_{x2 ∈ b, x2 ≠ x1} q(x2)(s_g − r(x2))+ exactly, with q·r summed
-    as the residual mass itself (r may overflow).
-    # values, ratio, residual_mass [tokens] sorted by value; edges [bins] start indices; groups [G]"""
-    bin_of = np.searchsorted(edges, np.arange(len(values)), side="right") - 1  # [tokens]
-    bin_low = values[edges]
-    bin_high = values[np.concatenate([edges[1:], [len(values)]]) - 1]
-    num_bins = len(edges)
-    exact = bool(np.all(bin_low == bin_high))
-    low = high = 0.0
-    for start in range(0, len(removed), GROUP_CHUNK):
-        group = slice(start, start + GROUP_CHUNK)
-        chunk_scale = scale[group]  # ascending, since removed is sorted
-        size = len(chunk_scale)
-        # tokens with r < s_g are those whose position among the sorted s is ≤ g
-        position = np.searchsorted(chunk_scale, ratio, side="right")
-        key = bin_of * (size + 1) + position
-        counts = np.bincount(key, weights=values, minlength=num_bins * (size + 1))
-        ratio_mass = np.bincount(key, weights=residual_mass, minlength=num_bins * (size + 1))
-        draft_below = np.cumsum(counts.reshape(num_bins, size + 1), axis=1)[:, :size].T  # [G, bins]
-        residual_below = np.cumsum(ratio_mass.reshape(num_bins, size + 1), axis=1)[:, :size].T
-        second = chunk_scale[:, None] * draft_below - residual_below  # L_b(g) with x1 included
-        own_bin = np.searchsorted(edges, np.searchsorted(values, removed[group]), side="right") - 1
-        second[np.arange(size), own_bin] -= removed[group] * chunk_scale  # x2 = x1: r(x1) = 0
-        second = np.maximum(second, 0.0)
-        at_low = _third_acceptance(
-            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_low, one_minus
-        )
-        at_high = at_low if exact else _third_acceptance(
-            curve, removed[group], chunk_scale, accept_second[group], rest[group], bin_high, one_minus
-        )
-        weight = group_weight[group]
-        low += float(weight @ (accept_second[group] + (second * at_low).sum(axis=1)))
-        high += float(weight @ (accept_second[group] + (second * at_high).sum(axis=1)))
-    return low, high
+def _bracket(levels: _ThreeLevels, first_starts, second_starts):
+    """Certified (lower, upper) bounds on α from bins of x1 values (``first_starts``, into
+    ``levels.first_values``) × bins of x2 values (``second_starts``, into ``levels.values``).
+
+    α − A1 = Σ_{x1} W(x1)·A2(x1) + Σ_β Σ_b Σ_{x1 ∈ β} Σ_{x2 ∈ b, x2 ≠ x1} W(x1)·w2(x2|x1)·A3,
+    W = (q − p)+. The A2 sum is exact. The weights of a pair of bins are
+    Σ_{x1 ∈ β} W(x1)·(L_b(x1) − [x1 ∈ b]·q(x1)·s), L_b(x1) = Σ_{x2 ∈ b} q(x2)(s − r(x2))+
+    (x1 itself included: r(x1) = 0); L_b increases with s, so over an x1 bin with s in
+    [s_lo, s_hi] they lie between W_β·L_b(s_lo) − own and W_β·L_b(s_hi) − own (L_b computed
+    exactly, q·r summed as the residual mass itself: r may overflow; own, the x2 = x1 terms,
+    summed exactly), and A3 over a pair of bins between ``_third_acceptance_bounds``. Bins
+    of one value each make both bounds the exact sum. The largest draft value must have a
+    bin of its own on both sides (``_bin_starts``): there s can be 10^7 and more, and its
+    x2 = x1 term cancels exactly only against its own bin. # -> (float, float)"""
+    first_ends = np.concatenate([first_starts[1:], [len(levels.first_values)]])
+    weight = np.add.reduceat(levels.first_weights, first_starts)  # W per x1 bin
+    scale_low, scale_high = levels.scale[first_starts], levels.scale[first_ends - 1]
+    first_low, first_high = levels.first_values[first_starts], levels.first_values[first_ends - 1]
+    values = levels.values
+    second_ends = np.concatenate([second_starts[1:], [len(values)]])
+    second_low, second_high = values[second_starts], values[second_ends - 1]
+    bin_of = np.searchsorted(second_starts, np.arange(len(values)), side="right") - 1  # x2 bin per token
+    # the x2 = x1 terms: each x1 group's weight·(q(x1)·s), by its (x1 bin, x2 bin); the product
+    # is formed as in L_b (s times the bin's draft mass), so a bin of x1 alone cancels exactly
+    group_bin = np.repeat(np.arange(len(first_starts)), first_ends - first_starts)
+    own_bin = bin_of[np.searchsorted(values, levels.first_values)]
+    own_weight = levels.first_weights * (levels.scale * levels.first_values)
+    num_bins = len(second_starts)
+    accepted = float(levels.first_weights @ levels.accept_second)
+    low = high = accepted
+    for start in range(0, len(first_starts), GROUP_CHUNK):
+        chunk = slice(start, start + GROUP_CHUNK)
+        size = len(scale_low[chunk])
+        # L_b at every bin's s_lo and s_hi, ascending as the bins are: a token with r < s
+        # counts at s, i.e. where its position among the sorted scales is ≤ the scale's index
+        scales = np.empty(2 * size)
+        scales[0::2], scales[1::2] = scale_low[chunk], scale_high[chunk]
+        position = np.searchsorted(scales, levels.ratio, side="right")
+        key = bin_of * (2 * size + 1) + position
+        draft_sums = np.bincount(key, weights=values, minlength=num_bins * (2 * size + 1))
+        residual_sums = np.bincount(key, weights=levels.residual_mass, minlength=num_bins * (2 * size + 1))
+        draft_below = np.cumsum(draft_sums.reshape(num_bins, 2 * size + 1), axis=1)[:, : 2 * size].T
+        residual_below = np.cumsum(residual_sums.reshape(num_bins, 2 * size + 1), axis=1)[:, : 2 * size].T
+        second = np.maximum(scales[:, None] * draft_below - residual_below, 0.0)  # [2·size, bins]
+        at_low, at_high = _third_acceptance_bounds(
+            levels, first_low[chunk], first_high[chunk], scale_low[chunk], scale_high[chunk], second_low, second_high)
+        in_chunk = (group_bin >= start) & (group_bin < start + size)
+        own = np.bincount((group_bin[in_chunk] - start) * num_bins + own_bin[in_chunk], weights=own_weight[in_chunk],
+                          minlength=size * num_bins).reshape(size, num_bins)
+        bin_weight = weight[chunk][:, None]
+        low += float((np.maximum(bin_weight * second[0::2] - own, 0.0) * at_low).sum())
+        high += float((np.maximum(bin_weight * second[1::2] - own, 0.0) * at_high).sum())
+    return 1.0 - levels.total_variation + low, 1.0 - levels.total_variation + high
 
 
-def _third_acceptance(curve, removed, scale, accept_second, rest, other_draft, one_minus):
-    """A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) for groups × bins,
-    increasing in q(x2) up to its limit 1 as q(x1) + q(x2) → 1 (G(∞) = 1), which it
-    keeps beyond (only a bin's end can lie there). Where the second level never rejects
-    (1 − G(s) = 0) the weights L are 0 and A3 is set to 0.  # -> [G, bins]"""
-    denominator = one_minus(removed[:, None], other_draft[None, :])  # 1 − q(x1) − q(x2)
-    inside = denominator > 0
-    safe_rest = np.where(rest > 0, rest, 1.0)[:, None]
-    threshold = scale[:, None] + np.where(inside, safe_rest / np.where(inside, denominator, 1.0), 0.0)
-    value = np.where(inside, np.clip((curve(threshold) - accept_second[:, None]) / safe_rest, 0.0, 1.0), 1.0)
-    return np.where(rest[:, None] > 0, value, 0.0)
+def _third_acceptance_bounds(levels, first_low, first_high, scale_low, scale_high, second_low, second_high):
+    """Bounds on A3 = (G(t) − G(s))/(1 − G(s)), t = s + (1 − G(s))/(1 − q(x1) − q(x2)), over
+    each pair of an x1 bin (q(x1) in [first_low, first_high], s in [scale_low, scale_high])
+    and an x2 bin (q(x2) in [second_low, second_high]), by intervals: G increases, so
+    G(s) and 1 − G(s) lie between their values at the ends of s, t between
+    s_lo + (1 − G(s_hi))/(1 − q1_lo − q2_lo) and s_hi + (1 − G(s_lo))/(1 − q1_hi − q2_hi),
+    and A3 ∈ [0, 1]. A pair of one value each gets the exact A3 at both. A3 is 1 where
+    q(x1) + q(x2) ≥ 1 (the third draft is the last token: G(∞) = 1); where the second level
+    never rejects (1 − G(s) = 0) its weights L are 0 and A3 is set to 0.  # -> [G, bins] twice"""
+    accept_low, accept_high = levels.curve(scale_low)[:, None], levels.curve(scale_high)[:, None]
+    rest_low, rest_high = 1.0 - accept_high, 1.0 - accept_low  # 1 − G(s) at s_hi and at s_lo
+    narrow = levels.one_minus(first_high[:, None], second_high[None, :])  # smallest 1 − q1 − q2
+    wide = levels.one_minus(first_low[:, None], second_low[None, :])
+    least = scale_low[:, None] + rest_low / np.where(wide > 0, wide, 1.0)
+    most = scale_high[:, None] + rest_high / np.where(narrow > 0, narrow, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lower = np.clip((levels.curve(least) - accept_high) / rest_high, 0.0, 1.0)
+        upper = np.clip((levels.curve(most) - accept_low) / rest_low, 0.0, 1.0)
+    lower = np.where(wide > 0, lower, 1.0)
+    upper = np.where((narrow > 0) & (rest_low > 0), upper, 1.0)
+    never = rest_high <= 0
+    return np.where(never, 0.0, lower), np.where(never, 0.0, upper)
