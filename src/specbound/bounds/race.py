@@ -28,6 +28,7 @@ RACE_GAP = 512  # needed prefixes more than this many tokens apart go to separat
 RACE_LARGE_COUNT = 80  # a head with n + 80 tokens of e^{tq} − 1 > 1: P(< n arrive) < 1e-18
 RACE_ACCURACY = 1e-11  # |error of Q(H)| observed below 1e-12; tests hold it to this bound
 BOUND_SLACK = 1e-12  # race_mass_bounds' allowance for rounding
+RACE_TINY = 0.25  # a head token with t·q below this enters a node's law through the head's moments
 BLOCK_ELEMENTS = 2**18  # the [nodes, tokens] arrays of one pass (fresh large arrays are slow here)
 
 
@@ -146,13 +147,16 @@ class _Head:
         self.values, self.counts = np.zeros(0), np.zeros(0, dtype=np.int64)
 
     def upto(self, end: int):
+        """The values (ascending) and counts of the first ``end`` tokens."""
         if end > self.end:
             piece = self.draft[self.end : end]
-            values, counts = np.unique(np.concatenate([self.values, piece[piece > 0]]), return_counts=True)
-            if self.values.size:  # the old values carry their counts, not one each
-                old = np.searchsorted(values, self.values)
-                counts[old] += self.counts - 1
-            self.values, self.counts, self.end = values, counts, end
+            piece_values, piece_counts = np.unique(piece[piece > 0], return_counts=True)
+            # two sorted runs: a stable sort merges them in linear time
+            merged = np.concatenate([self.values, piece_values])
+            order = np.argsort(merged, kind="stable")
+            merged, counts = merged[order], np.concatenate([self.counts, piece_counts])[order]
+            starts = np.flatnonzero(np.concatenate([[True], np.diff(merged) != 0]))
+            self.values, self.counts, self.end = merged[starts], np.add.reduceat(counts, starts), end
         return self.values, self.counts
 
 
@@ -231,7 +235,7 @@ def _race_horizon(draft, first, last_rate, n) -> float:
 
 def _head_count_law(values, counts, times, n) -> np.ndarray:
     """P(c head tokens arrived by t), c = 0..n−1, at every node; the head's tokens given as
-    distinct draft values and their counts.  # [distinct] x2, [nodes] -> [nodes, n]
+    distinct draft values, ascending, and their counts.  # [distinct] x2, [nodes] -> [nodes, n]
 
     Values with a = e^{tq} − 1 ≤ 1 enter through power sums, exactly:
     Π(1 + a z)^m = exp(Σ_j (−1)^{j+1} P_j z^j / j) mod z^n, with P_j = Σ m a^j (stable since
@@ -239,33 +243,84 @@ def _head_count_law(values, counts, times, n) -> np.ndarray:
     where n + ``RACE_LARGE_COUNT`` head tokens have a > 1 (each arrived with probability
     > ½) gets the law 0: P(< n arrived) ≤ P(Bin(n + 80, ½) < n) < 1e-18 there, and for every
     prefix holding the head.
+
+    The power sums of the tokens with tq ≤ ``RACE_TINY`` (at a real row's nodes, nearly all
+    of its 10^5 values) come from the head's moments Σ m q^k, once per head, through the
+    series a^j = (e^{tq} − 1)^j = Σ_k c_jk (tq)^k (``_power_series``, positive terms, cut
+    where the rest is below 1e-17 of the sum): a node then costs the tokens above the
+    threshold, not the whole head.
     """
     law = np.zeros((times.size, n))
     if values.size == 0:
         law[:, 0] = 1.0
         return law
-    order = np.argsort(-values, kind="stable")
-    values, counts = values[order], counts[order].astype(np.float64)
+    values, counts = values[::-1], counts[::-1].astype(np.float64)  # descending
     # values that can be large at a node not given the law 0: the largest, n + 80 tokens' worth
     candidates = int(np.searchsorted(np.cumsum(counts), n + RACE_LARGE_COUNT)) + 1
-    nodes_per_block = max(1, BLOCK_ELEMENTS // values.size)
-    for start in range(0, times.size, nodes_per_block):
-        rows = slice(start, start + nodes_per_block)
-        law[rows] = _head_block_law(values, counts, times[rows], n, candidates)
+    series = _power_series(n)
+    # a node's direct tokens: the values above RACE_TINY / t, a prefix of the descending values;
+    # all of them where t^K could overflow (t > 10^14 at K = 20: an n-th largest mass below 10^−13)
+    direct = np.searchsorted(-values, -RACE_TINY / times, side="left")
+    direct[times ** (series.shape[1] - 1) > 1e290] = values.size
+    # Σ_{i ≥ d} m q^k, k = 0..K, at each node's d: sums over the runs between the nodes' d, then
+    # running sums of the runs from the smallest values up (positive terms: no cancellation)
+    cuts = np.unique(direct[direct < values.size])
+    moments = np.zeros((series.shape[1], values.size + 1))
+    if cuts.size:
+        powers = np.empty((series.shape[1], values.size - cuts[0]))
+        powers[0] = counts[cuts[0]:]
+        for k in range(1, series.shape[1]):
+            np.multiply(powers[k - 1], values[cuts[0]:], out=powers[k])
+        runs = np.add.reduceat(powers, cuts - cuts[0], axis=1)  # [K + 1, cuts]
+        moments[:, cuts] = np.cumsum(runs[:, ::-1], axis=1)[:, ::-1]
+    start = 0
+    while start < times.size:  # blocks of nodes whose direct tokens fit BLOCK_ELEMENTS
+        stop = start + 1
+        while stop < times.size and (stop + 1 - start) * max(direct[stop], candidates) <= BLOCK_ELEMENTS:
+            stop += 1
+        rows = slice(start, stop)
+        law[rows] = _head_block_law(values, counts, times[rows], n, candidates, direct[rows], moments, series)
+        start = stop
     return law
 
 
-def _head_block_law(values, counts, times, n, candidates) -> np.ndarray:
+def _power_series(n) -> np.ndarray:
+    """c_jk with (e^u − 1)^j = Σ_k c_jk u^k for j = 1..n−1, k = 0..K, K such that for
+    u ≤ ``RACE_TINY`` the terms beyond K sum to less than 1e-17 of the whole: the
+    coefficients of ((e^u − 1)/u)^j are at most j^i/i!, so the rest after u^j·u^L is at
+    most (j·u)^(L+1)/(L+1)!·e^(j·u) of u^j.  # -> [n, K + 1], row 0 unused"""
+    scale = max(1, n - 1) * RACE_TINY
+    length = 1
+    while scale ** (length + 1) / factorial(length + 1) * np.exp(scale) > 1e-17:
+        length += 1
+    size = n - 1 + length + 1
+    base = np.array([0.0] + [1.0 / factorial(k) for k in range(1, size)])  # e^u − 1
+    series = np.zeros((n, size))
+    power = np.eye(1, size)[0]
+    for j in range(1, n):
+        power = np.convolve(power, base)[:size]
+        series[j] = power
+    return series
+
+
+def _head_block_law(values, counts, times, n, candidates, direct, moments, series) -> np.ndarray:
+    """``_head_count_law`` at a block of nodes; ``direct`` [nodes]: how many of the largest
+    values each node sums itself (the rest through ``moments`` and ``series``)."""
+    width = max(int(direct.max()), min(candidates, values.size))
+    head_values, head_counts = values[:width], counts[:width]
     with np.errstate(over="ignore"):  # inf is a large value: a binomial factor
-        arrival = np.expm1(times[:, None] * values[None, :])  # [nodes, distinct]
+        arrival = np.expm1(times[:, None] * head_values[None, :])  # [nodes, width]
     large = arrival > 1.0
-    small_arrival = np.where(large, 0.0, arrival)
+    summed = np.arange(width)[None, :] < direct[:, None]  # the node's direct tokens
+    small_arrival = np.where(large | ~summed, 0.0, arrival)
+    tiny = moments[:, direct]  # [K + 1, nodes]: the moments of the values below each node's threshold
+    scaled = times[None, :] ** np.arange(series.shape[1])[:, None] * tiny  # t^k Σ m q^k
     log_series = np.zeros((times.size, n))
-    log_series[:, 0] = -times * (np.where(large, 0.0, values[None, :]) @ counts)
+    log_series[:, 0] = -times * (np.where(large | ~summed, 0.0, head_values[None, :]) @ head_counts + tiny[1])
     power = np.ones_like(small_arrival)
     for m in range(1, n):
         power *= small_arrival
-        log_series[:, m] = (-1) ** (m + 1) * (power @ counts) / m
+        log_series[:, m] = (-1) ** (m + 1) * (power @ head_counts + series[m] @ scaled) / m
     law = np.zeros((times.size, n))  # exp of the series: c law_c = Σ_{i=1..c} i log_i law_{c−i}
     law[:, 0] = np.exp(log_series[:, 0])
     for c in range(1, n):
@@ -281,7 +336,7 @@ def _head_block_law(values, counts, times, n, candidates) -> np.ndarray:
     identity = np.eye(1, n)[None, :, :]
     factors = np.where(large[:, top, None], binomial, identity)
     law = _truncated_product(np.concatenate([law[:, None, :], factors], axis=1))
-    law[(large * counts).sum(axis=1) >= n + RACE_LARGE_COUNT] = 0.0
+    law[(large * head_counts).sum(axis=1) >= n + RACE_LARGE_COUNT] = 0.0
     return law
 
 
