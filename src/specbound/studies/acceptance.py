@@ -47,13 +47,14 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
 
 from specbound import arguments
 from specbound.bounds.rows import RowPairs
-from specbound.bounds.tail import TailCut, cut_tails
+from specbound.bounds.tail import cut_tails
 from specbound.checks import finite_number, positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
@@ -175,7 +176,7 @@ class AcceptanceStudy(Study):
         target_rows, draft_rows = trace_probs(pair, trace, processing)
         scored = time.perf_counter()
         positions, unavailable = [], {}
-        for num_drafts, (rows, acceptance, missing) in self.exact(target_rows, draft_rows).items():
+        for num_drafts, (tails, acceptance, missing) in self.exact(target_rows, draft_rows).items():
             for method, reason in missing.items():  # no exact algorithm at this size (e.g. RRS w/o, n ≥ 4)
                 unavailable[f"{method}, n={num_drafts}"] = reason
             for position, token in enumerate(trace.tokens):
@@ -186,8 +187,8 @@ class AcceptanceStudy(Study):
                     "position": position,
                     "token": token,
                     "acceptance": {method: float(values[position]) for method, values in acceptance.items()},
-                    "tail_mass": [rows[position].dropped_target, rows[position].dropped_draft],
-                    "tail_bound": rows[position].bound,
+                    "tail_mass": [float(tails[position, 0]), float(tails[position, 1])],
+                    "tail_bound": float(tails[position, 2]),
                 })
         run = {
             "prompt_id": unit.prompt.id,
@@ -202,39 +203,42 @@ class AcceptanceStudy(Study):
         }
         return UnitOutput(positions, run, seconds)
 
-    def exact(self, target_rows, draft_rows) -> dict[int, tuple[list[TailCut], dict, dict]]:
-        """The exact part of a unit: n -> (each position's tail cut, method -> acceptance
-        [positions], method -> why it has no exact value at n), for every n of the study.
+    def exact(self, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
+        """The exact part of a unit: n -> (each position's tail cut as [δp, δq, B] [positions, 3],
+        method -> acceptance [positions], method -> why it has no exact value at n), for every
+        n of the study: in this process, or split over ``workers`` processes (interleaved
+        positions, so each gets a share of the long and the short ones), which read the rows
+        from one shared-memory copy and do the tail cuts and every n themselves (pickling the
+        cut rows for each n cost more than the computations it spread).
         # target_rows, draft_rows [positions, vocab]"""
-        cuts = [cut_tails(target, draft, self.tail_budget, self.num_drafts)
-                for target, draft in zip(target_rows, draft_rows)]
+        if self.workers == 1 or len(target_rows) < 2 * self.workers:
+            return unit_exact_part(self.methods, self.num_drafts, self.tail_budget, target_rows, draft_rows)
+        if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_one_blas_thread)
+        rows = np.stack([np.asarray(target_rows, dtype=np.float64), np.asarray(draft_rows, dtype=np.float64)])
+        shared = shared_memory.SharedMemory(create=True, size=rows.nbytes)
+        try:
+            np.ndarray(rows.shape, rows.dtype, buffer=shared.buf)[...] = rows
+            parts = list(self._pool.map(
+                _shared_exact_part, [shared.name] * self.workers, [rows.shape] * self.workers,
+                range(self.workers), [self.workers] * self.workers, [self.methods] * self.workers,
+                [self.num_drafts] * self.workers, [self.tail_budget] * self.workers))
+        finally:
+            shared.close()
+            shared.unlink()
         exact = {}
         for num_drafts in self.num_drafts:
-            rows = [row_cuts[num_drafts] for row_cuts in cuts]
-            exact[num_drafts] = (rows, *self._exact(rows, num_drafts))
+            missing = {method: reason for part in parts for method, reason in part[num_drafts][2].items()}
+            tails = np.empty((len(target_rows), 3))
+            acceptance = {method: np.empty(len(target_rows)) for method in self.methods if method not in missing}
+            for start, part in enumerate(parts):
+                part_tails, part_acceptance, _ = part[num_drafts]
+                tails[start :: self.workers] = part_tails
+                for method, values in acceptance.items():
+                    values[start :: self.workers] = part_acceptance[method]
+            exact[num_drafts] = (tails, acceptance, missing)
         return exact
-
-    def _exact(self, rows, num_drafts: int) -> tuple[dict, dict]:
-        """Every method at every row: in this process, or split over ``workers`` processes
-        (interleaved rows, so each gets a share of the long and the short ones)."""
-        pairs = [(cut.target, cut.draft) for cut in rows]
-        if self.workers == 1 or len(pairs) < 2 * self.workers:
-            return exact_acceptances(self.methods, pairs, num_drafts)
-        if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        parts = list(self._pool.map(
-            exact_acceptances, [self.methods] * self.workers,
-            [pairs[start :: self.workers] for start in range(self.workers)], [num_drafts] * self.workers,
-        ))
-        missing = {method: reason for _, part_missing in parts for method, reason in part_missing.items()}
-        acceptance = {}
-        for method in self.methods:
-            if method not in missing:
-                values = np.empty(len(pairs))
-                for start, (part, _) in enumerate(parts):
-                    values[start :: self.workers] = part[method]
-                acceptance[method] = values
-        return acceptance, missing
 
     @staticmethod
     def summary_tables(results) -> list:
@@ -248,6 +252,40 @@ class AcceptanceStudy(Study):
     @classmethod
     def report_blocks(cls, studies: list[StudyResults], figure_dir: Path) -> list:
         return acceptance_report(studies, figure_dir)  # one table across datasets
+
+
+def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
+    """``AcceptanceStudy.exact`` for rows in one process: each row's tail cut for every n
+    of ``counts``, then every method at each n.  # [positions, vocab] x2"""
+    cuts = [cut_tails(target, draft, tail_budget, counts) for target, draft in zip(target_rows, draft_rows)]
+    exact = {}
+    for num_drafts in counts:
+        rows = [row_cuts[num_drafts] for row_cuts in cuts]
+        tails = np.array([[cut.dropped_target, cut.dropped_draft, cut.bound] for cut in rows]).reshape(len(rows), 3)
+        exact[num_drafts] = (tails, *exact_acceptances(methods, [(cut.target, cut.draft) for cut in rows], num_drafts))
+    return exact
+
+
+_BLAS_LIMITS = []  # a worker's threadpool limits, kept for its life
+
+
+def _one_blas_thread() -> None:
+    """A worker's BLAS on one thread: the workers already fill the cores, and a threaded
+    BLAS under each made two workers only 1.2× one (one thread each: 1.5×)."""
+    from threadpoolctl import threadpool_limits
+
+    _BLAS_LIMITS.append(threadpool_limits(limits=1, user_api="blas"))
+
+
+def _shared_exact_part(name, shape, start, step, methods, counts, tail_budget):
+    """``unit_exact_part`` on positions start, start + step, ... of the [2, positions, vocab]
+    rows in the shared-memory block ``name`` (a worker's share)."""
+    shared = shared_memory.SharedMemory(name=name)
+    try:
+        rows = np.ndarray(shape, np.float64, buffer=shared.buf)[:, start::step].copy()
+    finally:
+        shared.close()
+    return unit_exact_part(methods, counts, tail_budget, rows[0], rows[1])
 
 
 def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
