@@ -261,7 +261,7 @@ def _head_count_law(values, counts, times, n) -> np.ndarray:
     # a node's direct tokens: the values above RACE_TINY / t, a prefix of the descending values;
     # all of them where t^K could overflow (t > 10^14 at K = 20: an n-th largest mass below 10^−13)
     direct = np.searchsorted(-values, -RACE_TINY / times, side="left")
-    direct[times ** (series.shape[1] - 1) > 1e290] = values.size
+    direct[(series.shape[1] - 1) * np.log(times) > log(1e290)] = values.size
     # Σ_{i ≥ d} m q^k, k = 0..K, at each node's d: sums over the runs between the nodes' d, then
     # running sums of the runs from the smallest values up (positive terms: no cancellation)
     cuts = np.unique(direct[direct < values.size])
@@ -314,7 +314,9 @@ def _head_block_law(values, counts, times, n, candidates, direct, moments, serie
     summed = np.arange(width)[None, :] < direct[:, None]  # the node's direct tokens
     small_arrival = np.where(large | ~summed, 0.0, arrival)
     tiny = moments[:, direct]  # [K + 1, nodes]: the moments of the values below each node's threshold
-    scaled = times[None, :] ** np.arange(series.shape[1])[:, None] * tiny  # t^k Σ m q^k
+    scaled = np.zeros(tiny.shape)  # t^k Σ m q^k; 0 at the nodes without tiny tokens, where t^k may overflow
+    moment_nodes = direct < values.size
+    scaled[:, moment_nodes] = times[moment_nodes] ** np.arange(series.shape[1])[:, None] * tiny[:, moment_nodes]
     log_series = np.zeros((times.size, n))
     log_series[:, 0] = -times * (np.where(large | ~summed, 0.0, head_values[None, :]) @ head_counts + tiny[1])
     power = np.ones_like(small_arrival)
