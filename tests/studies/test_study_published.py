@@ -112,3 +112,22 @@ def test_published_gaps_are_never_negative(dataset):
     table = PUBLISHED[dataset]
     gaps = [published_gap(table, method, 3) for method in table.acceptance]
     assert all(gap >= 0.0 for gap in gaps if gap is not None)
+
+
+def test_the_cost_at_the_papers_scale_comes_from_the_reports_own_unit_times():
+    """Two units of 20 s and 40 s (generation, scoring and exact part each): 30 s a unit on
+    average, so 4,096 units take 4096 · 30 s = 34.1 h here and a sixteenth on 16 workers;
+    a report without timings states nothing."""
+    from specbound.studies.acceptance_report import scale_blocks, scale_projection
+
+    results = separated()
+    assert scale_projection([results]) is None and scale_blocks([results]) == []
+    results.timings.update({
+        "instructions/0|T=0.7": {"generate": 10.0, "score": 2.0, "acceptance": 8.0, "total": 20.0},
+        "instructions/1|T=0.7": {"generate": 20.0, "score": 4.0, "acceptance": 16.0, "total": 40.0},
+    })
+    projection = scale_projection([results])
+    assert projection["units"] == 2 and projection["mean"]["total"] == 30.0 and projection["mean"]["generate"] == 15.0
+    assert projection["paper_hours"] == pytest.approx(4096 * 30.0 / 3600)
+    text = to_markdown(scale_blocks([results]))
+    assert "30.0 s each" in text and "34.1 h on this machine" in text and "2.1 h on 16" in text
