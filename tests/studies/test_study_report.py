@@ -59,3 +59,15 @@ def test_report_command_writes_both_files_and_refuses_an_empty_folder(results_di
     assert "report.html" in capsys.readouterr().out
     assert main(["report", str(tmp_path)]) == 2
     assert "no study results" in capsys.readouterr().err
+
+
+def test_a_llama_cpp_pair_is_described_by_its_backend_and_files_not_a_missing_dtype():
+    from specbound.studies.report import weights_description
+
+    models = {"backend": "llama.cpp", "threads": 2, "target_file": "t.gguf: qwen2 1.5B Q4_K - Medium",
+              "draft_file": "d.gguf: qwen2 1B Q4_K - Medium"}
+    assert weights_description(models) == ("llama.cpp backend, 2 threads (t.gguf: qwen2 1.5B Q4_K - Medium, "
+                                           "d.gguf: qwen2 1B Q4_K - Medium)")
+    assert weights_description(models, files=False) == "llama.cpp backend, 2 threads"
+    assert weights_description({"dtype": "bfloat16", "backend": "torch"}) == "bfloat16"
+    assert "None" not in weights_description({})

@@ -56,6 +56,17 @@ def _fitting(studies: list[StudyResults], what: str, build):
                          f"{error}); written by another study type or version of specbound?") from None
 
 
+def weights_description(models: dict, files: bool = True) -> str:
+    """How the pair ran: the torch dtype, or the llama.cpp backend (whose settings have no
+    dtype: the GGUF files run as they are), with its files where ``files``."""
+    if models.get("dtype") is not None:
+        return str(models["dtype"])
+    if models.get("backend") == "llama.cpp":
+        files = files and ", ".join(str(models[key]) for key in ("target_file", "draft_file") if key in models)
+        return f"llama.cpp backend, {models.get('threads', '?')} threads" + (f" ({files})" if files else "")
+    return "dtype not recorded"
+
+
 def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
     overview = []
     blocks = []
@@ -65,7 +76,7 @@ def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
         folder = str(results.directory.relative_to(root)) or "."
         overview.append([
             settings["study"], settings["dataset"], folder,
-            f"{models.get('target')} / {models.get('draft')} ({models.get('dtype')})",
+            f"{models.get('target')} / {models.get('draft')} ({weights_description(models, files=False)})",
             str(len(results.runs)), f"{results.total_seconds / 60:.1f} min",
         ])
         shown = [[key, _setting(value)] for key, value in settings.items()
@@ -75,8 +86,8 @@ def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
     return [
         Heading(2, "Models, settings and run time"),
         Paragraph(
-            f"Target `{first.get('target')}`, draft `{first.get('draft')}`, {first.get('dtype')}; vocabulary of "
-            f"{first.get('vocab_size')} tokens shared by both; prompts formatted as {first.get('prompt_format')}. "
+            f"Target `{first.get('target')}`, draft `{first.get('draft')}`, {weights_description(first)}; "
+            f"vocabulary of {first.get('vocab_size')} tokens shared by both; prompts formatted as {first.get('prompt_format')}. "
             "Target and draft logits go through the same processing (temperature, top-k, top-p). Run time is the "
             "wall-clock of the finished runs (generation, scoring and exact computations), on this machine."
         ),
