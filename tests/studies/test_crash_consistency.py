@@ -197,13 +197,16 @@ def where_the_kill_landed(out: Path) -> str:
 
 
 def report_tables(directory: Path) -> str:
-    """The rendered report without what differs between runs: its timestamp line and the run
-    time tables (a unit killed between its records and its timing has no timing)."""
+    """The rendered report without what differs between runs: its timestamp line, the run
+    time tables and the cost section computed from them (a unit killed between its records
+    and its timing has no timing)."""
     markdown = write_report(directory).read_text()
     kept = [line for line in markdown.splitlines() if not line.startswith("Generated ")]
-    start = kept.index("## Models, settings and run time")
-    end = next(index for index, line in enumerate(kept) if line.startswith("### ") and index > start)
-    return "\n".join(kept[:start] + kept[end:])
+    for heading in ("## Models, settings and run time", "### Cost at the paper's scale"):
+        start = kept.index(heading)
+        end = next(index for index, line in enumerate(kept) if line.startswith("### ") and index > start)
+        kept = kept[:start] + kept[end:]
+    return "\n".join(kept)
 
 
 def test_a_study_killed_at_random_moments_and_resumed_equals_an_uninterrupted_one(tmp_path, driver):
