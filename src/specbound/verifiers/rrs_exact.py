@@ -57,7 +57,7 @@ BRACKET_SECONDS_LIMIT = 20.0
 BRACKET_BYTES_LIMIT = 2**30
 SECONDS_PER_GROUP_BIN = 9e-8
 SECONDS_PER_CHUNK_TOKEN = 4e-8
-BYTES_PER_GROUP_BIN = 128  # the [groups, bins] arrays of one chunk of _bracket
+BYTES_PER_GROUP_BIN = 128  # the [x1 bins, x2 bins] arrays of one chunk of _bracket
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 SECONDS_PER_ROW_TOKEN = 1e-6  # a row's sorts and curve, before any pass
 FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
@@ -440,7 +440,7 @@ def _bracket(levels: _ThreeLevels, first_starts, second_starts):
         second = np.maximum(scales[:, None] * draft_below - residual_below, 0.0)  # [2·size, bins]
         at_low, at_high = _third_acceptance_bounds(
             levels, first_low[chunk], first_high[chunk], scale_low[chunk], scale_high[chunk], second_low, second_high)
-        in_chunk = (group_bin >= start) & (group_bin < start + size)
+        in_chunk = slice(first_starts[start], first_ends[start + size - 1])  # the chunk's x1 groups, in order
         own = np.bincount((group_bin[in_chunk] - start) * num_bins + own_bin[in_chunk], weights=own_weight[in_chunk],
                           minlength=size * num_bins).reshape(size, num_bins)
         bin_weight = weight[chunk][:, None]
