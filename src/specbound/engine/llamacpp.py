@@ -235,6 +235,8 @@ class LlamaScores:
             rows = [self._index[pair] for pair in pairs]
         except KeyError as error:
             raise ValueError(f"entries: {error.args[0]} was not asked for as an output of this forward") from None
+        if rows and rows == list(range(rows[0], rows[0] + len(rows))):
+            return self._logits[rows[0]: rows[0] + len(rows)]  # a view (the readers never write to logits): no copy
         return self._logits[rows]
 
 
@@ -372,7 +374,7 @@ class LlamaCppLM:
                   for start in range(0, len(items), self._batch_tokens)]
         self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
-        return LlamaScores(torch.cat(pieces), index, counts)
+        return LlamaScores(pieces[0] if len(pieces) == 1 else torch.cat(pieces), index, counts)
 
     def commit(self, paths: list[list[int]]) -> None:
         """Keep, per row, the pending entries ``paths[b]`` (a chain below the committed

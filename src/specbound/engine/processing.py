@@ -80,7 +80,7 @@ class Processing:
             probs = _nucleus(probs, self.top_p)
         # float32 softmax over 151,936 logits sums to 1 only within ~5e-5 (its own accumulation):
         # renormalised by a float64 sum, a row sums to 1 within ~1e-7, what the verifiers assume
-        return probs / probs.sum(dim=-1, keepdim=True, dtype=torch.float64).to(probs.dtype)
+        return probs.div_(probs.sum(dim=-1, keepdim=True, dtype=torch.float64).to(probs.dtype))
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
