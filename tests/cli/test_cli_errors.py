@@ -15,7 +15,7 @@ def failing_command(monkeypatch, error):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("specbound.cli.accept.acceptance_table", fail)
+    monkeypatch.setattr("specbound.experiments.bounds.acceptance_table", fail)
     return ["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]
 
 
@@ -31,7 +31,8 @@ def test_ctrl_c_while_models_load_ends_with_one_line_and_status_130(monkeypatch,
 
 
 def test_ctrl_c_while_the_commands_import_ends_with_one_line_and_status_130(monkeypatch, capsys):
-    """The command modules import torch and transformers (seconds) before any command runs."""
+    """``run``, ``theory`` and ``study`` read their options from registries that import torch
+    (seconds) while the arguments are parsed, before any command runs."""
     def interrupted():
         raise KeyboardInterrupt
 
@@ -54,7 +55,7 @@ def test_a_value_error_from_a_library_is_an_internal_error_not_a_user_error(monk
     def broadcast(*args, **kwargs):
         return np.zeros(2) + np.zeros(3)
 
-    monkeypatch.setattr("specbound.cli.accept.acceptance_table", broadcast)
+    monkeypatch.setattr("specbound.experiments.bounds.acceptance_table", broadcast)
     assert main(["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]) == 1
     assert "internal error" in capsys.readouterr().err
 

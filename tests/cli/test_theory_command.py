@@ -1,7 +1,6 @@
 """``specbound theory``: every subcommand writes a PNG and a JSON whose numbers are the
 library's, prints a table or JSON, and refuses bad settings with a ValueError."""
 
-import argparse
 import json
 import math
 
@@ -10,16 +9,14 @@ import pytest
 
 from specbound import cli
 from specbound.chains.theory import batch_expected_rejections, random_chain_pair
-from specbound.cli import theory
+from specbound.verifiers.biased import SWEEP_METHODS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def run_theory(*arguments) -> int:
-    """Parse and run ``specbound theory ...`` with only this command registered."""
-    parser = argparse.ArgumentParser(prog="specbound")
-    theory.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["theory", *arguments])
+    """Parse and run ``specbound theory ...`` (an error in the handler raises, as ``main`` would not)."""
+    args = cli.build_parser().parse_args(["theory", *arguments])
     return args.handler(args)
 
 
@@ -84,7 +81,7 @@ def test_pareto_sweeps_put_opt_on_the_front(tmp_path, capsys):
         assert on_front == pytest.approx(0.4, abs=1e-12)
         if point["method"] == "decoding_opt":
             assert point["bias"] == pytest.approx(point["least_bias"], abs=1e-12)
-    assert {point["method"] for point in numbers["sweeps"]} == set(theory.SWEEP_METHODS)
+    assert {point["method"] for point in numbers["sweeps"]} == set(SWEEP_METHODS)
 
 
 @pytest.mark.parametrize(

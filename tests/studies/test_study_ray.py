@@ -161,7 +161,7 @@ def test_ray_flag_joins_the_named_cluster_or_starts_a_local_one(monkeypatch, tmp
             calls["batch_size"] = batch_size
             return run_study(study, tiny_pair(), prompts, directory, dataset, seed, progress, batch_size)
 
-    monkeypatch.setattr("specbound.cli.study.RayWorkers", FakeWorkers)
+    monkeypatch.setattr("specbound.studies.distributed.RayWorkers", FakeWorkers)
     status = main(["study", "acceptance", *flag, "--dataset", str(write_prompts(tmp_path)), "--max-new-tokens", "3",
                    "--num-drafts", "2", "--workers", "1", "--out", str(tmp_path / "out"), "--quiet"])
     assert status == 0

@@ -3,7 +3,10 @@
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
 ``handler`` (a function taking the parsed arguments and returning an exit code). The
 numbers come from ``specbound.experiments``, the studies and the engine; the command line
-knows nothing of the math beyond calling it. How a command ends:
+knows nothing of the math beyond calling it. Building the parser imports none of them (nor
+torch, transformers or matplotlib): the handlers import what they call, and a command whose
+options are read from such a registry adds them on its first use
+(``subparsers.choices.defer``, ``CommandParsers``). How a command ends:
 
 - a bad value: exit status 2 and a one-line message naming the option (argparse's own, or
   a ValueError raised by specbound's own checks, a ``checks.WorkLimitError`` among them);
@@ -26,6 +29,7 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Mapping
 
 from specbound.models.gguf import ModelPackageMissingError
 
@@ -47,13 +51,61 @@ def build_parser() -> argparse.ArgumentParser:
         description="Speculative decoding with its theory built in.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers.choices = subparsers._name_parser_map = CommandParsers(_finish)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
-    for each in _every_parser(parser):
-        _make_plain(each)
-        each.add_argument("--debug", action="store_true", default=False if each is parser else argparse.SUPPRESS,
-                          help="on an error, show the full traceback")
+    _make_plain(parser)
+    parser.add_argument("--debug", action="store_true", default=False, help=DEBUG_HELP)
     return parser
+
+
+DEBUG_HELP = "on an error, show the full traceback"
+
+
+class CommandParsers(Mapping):
+    """The commands' parsers by name, where the subparsers action looks them up (its
+    ``choices``). A command's parser is finished (``_finish``) on its first lookup — parsing
+    the command, its help, a walk over every parser — after the options its module deferred
+    to then (``defer``), if any: options read from a registry whose modules import torch
+    (the studies', the engine's methods) cost the other commands nothing."""
+
+    def __init__(self, finish):
+        self._parsers = {}
+        self._unfinished = {}  # name -> the deferred fill, or None
+        self._finish = finish
+
+    def __setitem__(self, name: str, parser: argparse.ArgumentParser) -> None:  # argparse's add_parser
+        self._parsers[name] = parser
+        self._unfinished[name] = None
+
+    def defer(self, name: str, fill) -> None:
+        """Have ``fill(parser)`` add the options of command ``name`` on its first lookup."""
+        self._unfinished[name] = fill
+
+    def __getitem__(self, name: str) -> argparse.ArgumentParser:
+        parser = self._parsers[name]
+        if name in self._unfinished:
+            fill = self._unfinished.pop(name)
+            if fill is not None:
+                fill(parser)
+            self._finish(parser)
+        return parser
+
+    def __contains__(self, name) -> bool:  # a name is checked without building its parser
+        return name in self._parsers
+
+    def __iter__(self):
+        return iter(self._parsers)
+
+    def __len__(self) -> int:
+        return len(self._parsers)
+
+
+def _finish(command: argparse.ArgumentParser) -> None:
+    """Plain help texts and ``--debug`` on a command's parser and every parser below it."""
+    for each in _every_parser(command):
+        _make_plain(each)
+        each.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
 
 
 def _every_parser(parser: argparse.ArgumentParser):
@@ -85,11 +137,10 @@ INTERNAL_ERROR_STATUS = 1
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
-    except KeyboardInterrupt:  # while the command modules import torch and transformers
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:  # while a deferred command's options import their registry (torch)
         print("specbound: interrupted", file=sys.stderr)
         return INTERRUPTED_STATUS
-    args = parser.parse_args(argv)
     try:
         status = int(args.handler(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush

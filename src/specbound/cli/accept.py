@@ -11,10 +11,11 @@ import numpy as np
 from specbound import arguments
 from specbound.cli.inputs import add_pair_arguments, distribution_pair
 from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json
-from specbound.experiments.bounds import acceptance_table
 
 
 def run(args: argparse.Namespace) -> int:
+    from specbound.experiments.bounds import acceptance_table
+
     target, draft = distribution_pair(args.target, args.draft)
     tables = acceptance_table(target, draft, args.num_drafts)
     if args.json:

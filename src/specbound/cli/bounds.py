@@ -20,14 +20,14 @@ from pathlib import Path
 from specbound import arguments
 from specbound.cli.inputs import FIXTURE_A, add_pair_arguments, distribution_pair
 from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json, writable_folder
-from specbound.experiments.bounds import acceptance_vs_drafts, optimum_with_certificate
-from specbound.plots.bounds import plot_acceptance_vs_drafts
 
 DEFAULT_OUT = Path("specbound-results") / "bounds"
 SHOWN_SUBSET = 20  # token ids of H* printed in the table
 
 
 def run_optimum(args) -> int:
+    from specbound.experiments.bounds import optimum_with_certificate
+
     target, draft = distribution_pair(args.target, args.draft, FIXTURE_A)
     tables = optimum_with_certificate(target, draft, args.num_drafts)
     if args.json:
@@ -54,6 +54,9 @@ def _subset_text(subset: list[int] | None) -> str | None:
 
 
 def run_plot(args) -> int:
+    from specbound.experiments.bounds import acceptance_vs_drafts
+    from specbound.plots.bounds import plot_acceptance_vs_drafts
+
     target, draft = distribution_pair(args.target, args.draft, FIXTURE_A)
     out = writable_folder(args.out, "--out")
     numbers = acceptance_vs_drafts(target, draft, args.max_drafts, progress=not args.json)

@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import TYPE_CHECKING
 
 from specbound import arguments
-from specbound.bounds import MAX_LP_VARIABLES
-from specbound.engine.methods import METHODS, Budget, Method, build_method, method_options
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
 from specbound.models.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
+
+if TYPE_CHECKING:
+    from specbound.engine.methods import Method
 
 
 # Measured (benchmarks/README.md, "llama.cpp backend"): our plain decoding on llama.cpp
@@ -77,6 +79,8 @@ def parse_method(text: str, defaults: dict | None = None, option: str = "method"
     floats. ``defaults`` fill the options the text leaves out (those the method takes and
     that are not None); messages name ``option``. Every value is checked, and the method
     built, before any model loads."""
+    from specbound.engine.methods import METHODS, build_method, method_options
+
     name, *pairs = [part.strip() for part in text.split(":")]
     if name != "auto" and name not in METHODS:
         raise ValueError(f"{option}: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
@@ -111,6 +115,8 @@ def check_sampling(args, methods: list[tuple[str, dict]], option: str = "method"
     tokens than any model has positions, and a method of ``methods`` (name, options) that
     the sampling settings make too large for its verifier (``check_enumeration``);
     messages name ``option`` for the methods."""
+    from specbound.engine.methods import build_method
+
     if args.max_new_tokens > MAX_NEW_TOKENS:
         raise ValueError(f"max_new_tokens: --max-new-tokens {args.max_new_tokens:,} is more than any model's "
                          f"context holds (at most {MAX_NEW_TOKENS:,} here)")
@@ -127,6 +133,9 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
     tokens than any vocabulary V leaves room for: every token (a positive temperature, no
     --top-k or --top-p), or a --top-k above that size. A --top-p bounds the draft's tokens
     by what the model says: that is checked when decoding."""
+    from specbound.bounds import MAX_LP_VARIABLES
+    from specbound.engine.methods import Budget
+
     deciders = method.verifiers if method.tree_verifier is None else (method.tree_verifier,)
     enumerating = next((verifier for verifier in deciders if not verifier.scalable), None)
     if enumerating is None or temperature == 0 or (top_k is None and top_p is not None):
@@ -153,9 +162,11 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
 
 def load_speculator(args):
     """The ``Speculator`` (``specbound.api``) the model options ask for."""
+    import torch
+
     from specbound.api import Speculator
 
-    speculator = Speculator(args.target, args.draft, DTYPES[args.dtype], args.target_precision,
+    speculator = Speculator(args.target, args.draft, getattr(torch, args.dtype), args.target_precision,
                             args.draft_precisions, args.device, progress=not getattr(args, "quiet", False),
                             drafter=args.drafter, backend=args.backend)
     missed = missed_fast_backend(args.backend, speculator.backend, [args.target, args.draft], args.device)

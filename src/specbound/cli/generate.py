@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-
-import torch
+from typing import TYPE_CHECKING
 
 from specbound import arguments
 from specbound.checks import unicode_text
@@ -26,6 +25,9 @@ from specbound.cli.decoding import (
     parse_method,
 )
 from specbound.cli.inputs import standard_input_text
+
+if TYPE_CHECKING:
+    import torch
 
 
 class TextStream:
@@ -65,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     method, options = parse_method(args.method)
     check_sampling(args, [(method, options)])
     if args.threads is not None:
+        import torch
+
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)
     stream = TextStream(lambda tokens: speculator.pair.decode(tokens, skip_special_tokens=True))

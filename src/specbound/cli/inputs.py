@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from specbound.datasets import Prompt, load_prompts
-from specbound.studies.records import SETTINGS_FILE, read_settings
 
 
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
@@ -126,5 +125,7 @@ def check_study_settings(directory: Path, field: str) -> None:
     """Refuse, before any model loads, a results folder below ``directory`` (itself
     included) whose settings file is no study's (``records.read_settings``: not a JSON
     object); the message starts with ``field``."""
+    from specbound.studies.records import SETTINGS_FILE, read_settings
+
     for path in sorted(Path(directory).rglob(SETTINGS_FILE)) if Path(directory).is_dir() else []:
         read_settings(path, field)

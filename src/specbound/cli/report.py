@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 
 from specbound.cli.inputs import check_study_settings
-from specbound.studies.report import write_report
 
 
 def run(args: argparse.Namespace) -> int:
+    from specbound.studies.report import write_report
+
     check_study_settings(args.results_dir, "results")
     markdown = write_report(args.results_dir)
     print(f"wrote {markdown}")

@@ -14,12 +14,9 @@ import argparse
 import json
 import os
 import sys
-
-import torch
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
 from specbound import arguments
-from specbound.api import check_context
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
@@ -29,9 +26,9 @@ from specbound.cli.decoding import (
 )
 from specbound.cli.inputs import prompt_set
 from specbound.cli.output import format_table, writable_folder
-from specbound.engine import METHODS, Processing, RunStats, build_method
-from specbound.engine.planner import Planner
-from specbound.plots.run import plot_run
+
+if TYPE_CHECKING:
+    from specbound.engine import RunStats
 
 DEFAULT_METHODS = "autoregressive,chain,auto"
 
@@ -41,6 +38,8 @@ def parse_methods(args) -> dict[str, tuple[str, dict]]:
     ``NAME:KEY=VALUE`` form; ``--gamma``, ``-n``, ``--depth``, ``--verifier`` and
     ``--epsilon`` fill the options an entry leaves out). Two entries naming the same method
     are refused."""
+    from specbound.engine.methods import build_method
+
     entries = [entry.strip() for entry in args.methods.split(",") if entry.strip()]
     if not entries:
         raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
@@ -81,6 +80,14 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm import tqdm
+
+    from specbound.api import check_context
+    from specbound.engine import Processing, RunStats
+    from specbound.engine.planner import Planner
+    from specbound.plots.run import plot_run
+
     methods = parse_methods(args)
     check_sampling(args, list(methods.values()), option="methods")
     prompts = prompt_set(args.prompts, args.limit, "--prompts")
@@ -157,12 +164,19 @@ def vars_for_json(args: argparse.Namespace) -> dict:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
+    subparsers.add_parser(
         "run",
         help="decode prompts on real models with several methods side by side",
         description="Speculative decoding on real models: autoregressive, chain and auto "
         "(by default) on the embedded Qwen2.5-Coder pair, with a speed table and a plot.",
     )
+    subparsers.choices.defer("run", _add_options)
+
+
+def _add_options(parser) -> None:
+    """``run``'s options, which name the engine's methods (their registry imports torch)."""
+    from specbound.engine.methods import METHODS
+
     add_model_arguments(parser)
     data = parser.add_argument_group("prompts")
     data.add_argument("--prompts", default="instructions",

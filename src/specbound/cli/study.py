@@ -22,13 +22,8 @@ from specbound.cli.decoding import MAX_NEW_TOKENS
 from specbound.cli.inputs import check_study_settings, prompt_set
 from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
-from specbound.engine.methods import check_drafted
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS, resolve_backend
-from specbound.models.pair import load_pair
-from specbound.studies import STUDIES
-from specbound.studies.distributed import RayWorkers
-from specbound.studies.runner import machine_batch_size, run_study
 
 DEFAULT_OUT = Path("specbound-results")
 LOCAL_RAY = "local"  # --ray without an address: ray.init's name for a new Ray instance on this machine
@@ -36,6 +31,14 @@ RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from specbound.engine.methods import check_drafted
+    from specbound.models.pair import load_pair
+    from specbound.studies import STUDIES
+    from specbound.studies.distributed import RayWorkers
+    from specbound.studies.runner import machine_batch_size, run_study
+
     preset_datasets = apply_preset(args)
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                   "top_k": args.top_k, "top_p": args.top_p}
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     for prompts in prompt_sets:
         check_study_settings(Path(args.out) / study.name / prompts[0].dataset, "out")
     backend = resolve_backend(args.backend, [args.target, args.draft])
-    pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype],
+    pair_spec = functools.partial(load_pair, args.target, args.draft, getattr(torch, args.dtype),
                                   progress=not args.quiet and args.ray is None,
                                   float32_twins=False if args.no_twins or backend == "llama.cpp" else None,
                                   backend=backend)
@@ -95,6 +98,8 @@ def apply_preset(args: argparse.Namespace) -> list[str]:
     """Replace every option left at its default by the value of ``--preset`` (or by the
     default without one); options given explicitly stay. Returns the prompt sets the
     preset chose (the ones its study leaves out when their package is missing)."""
+    from specbound.studies import STUDIES
+
     preset = STUDIES[args.study].presets[args.preset] if getattr(args, "preset", None) else None
     chosen = []
     for dest, value in vars(args).items():
@@ -159,11 +164,17 @@ def _common(parser) -> None:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "study",
-        help="rerun the papers' experiments on a real model pair",
-        description="; ".join(f"{name}: {study.help}" for name, study in STUDIES.items()),
-    )
+    parser = subparsers.add_parser("study", help="rerun the papers' experiments on a real model pair")
+    parser.set_defaults(handler=run)
+    subparsers.choices.defer("study", _add_studies)
+
+
+def _add_studies(parser) -> None:
+    """One subcommand per registered study, with its own options (``Study.add_arguments``),
+    read from the registry (whose modules import torch) on the command's first use."""
+    from specbound.studies import STUDIES
+
+    parser.description = "; ".join(f"{name}: {study.help}" for name, study in STUDIES.items())
     studies = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
     for name, study in STUDIES.items():
         subparser = studies.add_parser(name, help=study.help, description=study.help)
@@ -175,4 +186,3 @@ def register(subparsers) -> None:
                                    + "; options given explicitly override the preset's")
             preset_options = {dest for preset in study.presets.values() for dest in preset.settings}
             subparser.set_defaults(**{dest: Unset(subparser.get_default(dest)) for dest in preset_options})
-    parser.set_defaults(handler=run)

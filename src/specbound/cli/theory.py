@@ -20,16 +20,16 @@ from pathlib import Path
 
 from specbound import arguments
 from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json, writable_folder
-from specbound.experiments import theory as experiments
-from specbound.plots import theory as figures
-from specbound.verifiers.biased import SWEEP_METHODS, sweep_verifier
 
 DEFAULT_OUT = Path("specbound-results") / "theory"
 MAX_CONCENTRATION = 1e6
 
 
-def _setting(args) -> experiments.ChainSetting:
-    return experiments.ChainSetting(args.horizon, args.vocab, args.seed, args.concentration)
+def _setting(args):
+    """The chain of ``--horizon``, ``--vocab``, ``--seed``, ``--concentration``."""
+    from specbound.experiments.theory import ChainSetting
+
+    return ChainSetting(args.horizon, args.vocab, args.seed, args.concentration)
 
 
 def _finish(args, name: str, numbers: dict, figure: Path, tables: list) -> int:
@@ -54,6 +54,9 @@ def _setting_text(numbers: dict) -> str:
 
 
 def run_convergence(args) -> int:
+    from specbound.experiments import theory as experiments
+    from specbound.plots import theory as figures
+
     result = experiments.convergence(_setting(args), args.runs, args.lookaheads, progress=not args.json)
     numbers = result.numbers
     figure = figures.plot_convergence(
@@ -82,6 +85,9 @@ def run_convergence(args) -> int:
 
 
 def run_drafts(args) -> int:
+    from specbound.experiments import theory as experiments
+    from specbound.plots import theory as figures
+
     numbers = experiments.drafts(_setting(args), args.max_drafts, args.simulated_drafts, args.runs,
                                  progress=not args.json).numbers
     simulated = numbers["monte_carlo"]
@@ -100,6 +106,9 @@ def run_drafts(args) -> int:
 
 
 def run_improvement(args) -> int:
+    from specbound.experiments import theory as experiments
+    from specbound.plots import theory as figures
+
     numbers = experiments.improvement(args.max_drafts, args.bernoulli, args.uniform).numbers
     figure = figures.plot_batch_improvement(numbers["num_drafts"], numbers["bernoulli"], numbers["uniform"],
                                             Path(args.out) / "improvement.png")
@@ -112,6 +121,10 @@ def run_improvement(args) -> int:
 
 
 def run_pareto(args) -> int:
+    from specbound.experiments import theory as experiments
+    from specbound.plots import theory as figures
+    from specbound.verifiers.biased import sweep_verifier
+
     result = experiments.pareto(args.target, args.draft, args.epsilons, args.methods, args.random_points, args.seed)
     numbers, epsilons = result.numbers, result.figure["epsilons"]
     tv = numbers["total_variation"]
@@ -157,6 +170,14 @@ def register(subparsers) -> None:
         description=f"{__doc__}\n{WORK_LIMIT_NOTE}", formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(handler=run)
+    subparsers.choices.defer("theory", _add_figures)
+
+
+def _add_figures(parser) -> None:
+    """One subcommand per figure; ``pareto``'s methods are read from ``verifiers.biased``
+    (which imports torch) on the command's first use."""
+    from specbound.verifiers.biased import SWEEP_METHODS
+
     commands = parser.add_subparsers(dest="theory_command", required=True, metavar="FIGURE")
 
     convergence = _subcommand(commands, "convergence",

@@ -2,10 +2,9 @@
 caching (``loading``), the (target, draft) pair every caller uses (``pair``), and prompts
 formatted for instruction models (``chat``). No model hub is ever reached.
 
-Import from the submodules: ``specbound.models.gguf`` is light (no transformers), the
-others load transformers.
+Import from the submodules: this package, ``gguf``, ``backends`` and ``precisions`` are light
+(no torch, no transformers; the command line builds its parser from them), the others load
+torch and transformers.
 """
 
-import torch
-
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}  # the model dtypes the command line offers
+DTYPES = ("bfloat16", "float32")  # the model dtypes the command line offers, by their names in torch
