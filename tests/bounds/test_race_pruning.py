@@ -93,6 +93,65 @@ def test_mass_bounds_are_tight_on_a_uniform_draft():
     np.testing.assert_allclose(upper[0], exact, rtol=0, atol=1e-10)  # m is lowered by 1e-10 of its sums
 
 
+
+def test_upper_mass_bound_is_jensens_on_the_power_of_the_third_draw_law():
+    """q uniform on 12 tokens, n = 4: s_2 = 2/V always, and where 3r ≤ 2(1 − T_2) the upper
+    bound is Q_2·f(2/V)² (f^{n−2} concave: Jensen with equality), not Q_2·f(2/V)·q(H)."""
+    vocab, num_drafts = 12, 4
+    draft = np.full(vocab, 1.0 / vocab)
+    exact = without_replacement_prefix_mass(draft, num_drafts)
+    pairs = WITHOUT.all_in_mass(draft[None], 2)
+    _, upper = race_mass_bounds(draft[None], num_drafts, pairs)
+    sizes = np.arange(vocab + 1)
+    concave = (num_drafts - 1) * (vocab - sizes) <= 2 * (vocab - 2)
+    checked = concave & (sizes >= num_drafts) & (sizes < vocab)
+    third = (sizes - 2) / (vocab - 2)  # f(2/V) = (q(H) − 2/V)/(1 − 2/V)
+    assert checked.sum() >= 4
+    np.testing.assert_allclose(upper[0][checked], (pairs[0] * third**2)[checked], rtol=0, atol=1e-9)
+    assert np.all(exact[checked] <= upper[0][checked])
+
+
+def test_lower_mass_bound_is_the_chord_of_the_third_draw_law():
+    """n = 3: Q ≥ Q_2·(q(H) − (q(H) − f(T_2))·m/T_2), f above its chord over [0, T_2] ∋ s_2,
+    with m = E[s_2 | both in H] by enumerating the ordered pairs; f(T_2) alone is lower."""
+    draft = np.array([0.05, 0.4, 0.05, 0.05, 0.1, 0.05, 0.05, 0.05, 0.2])
+    exact = without_replacement_prefix_mass(draft, 3)
+    lower, _ = race_mass_bounds(draft[None], 3, WITHOUT.all_in_mass(draft[None], 2))
+    for size in range(3, draft.size):
+        held = draft[:size]
+        pairs = [(a, b) for a in range(size) for b in range(size) if a != b]
+        pair_mass = sum(held[a] * held[b] / (1 - held[a]) for a, b in pairs)
+        mean = sum(held[a] * held[b] / (1 - held[a]) * (held[a] + held[b]) for a, b in pairs) / pair_mass
+        two_largest = np.sort(held)[-2:].sum()
+        rest = 1.0 - held.sum()
+        third = lambda mass: 1.0 - rest / (1.0 - mass)  # noqa: E731  f(s)
+        chord = third(0.0) - (third(0.0) - third(two_largest)) * mean / two_largest
+        assert lower[0][size] >= pair_mass * chord - 1e-10
+        assert lower[0][size] <= exact[size] + 1e-15
+
+
+def test_pruned_scan_races_fewer_prefixes():
+    """On model-shaped rows (V = 3,000, n = 3, 4, 6) the bounds leave the race a known share
+    of the prefixes: a looser bound asks for more and fails here."""
+    rng = np.random.default_rng(7)
+    vocab, asked = 3000, []
+    for num_drafts in (3, 4, 6):
+        for _ in range(4):
+            logits = 2.0 * rng.standard_normal(vocab)
+            target, draft = (np.exp(logits + noise * rng.standard_normal(vocab)) for noise in (0.0, 0.5))
+            rows = RowPairs.checked(target[None] / target.sum(), draft[None] / draft.sum())
+
+            def race_counted(ordered, needed, num_drafts=num_drafts):
+                asked.append(int(needed.sum()))
+                return np.stack([race_all_in_mass(row, num_drafts, mask) for row, mask in zip(ordered, needed)])
+
+            bounds = lambda ordered, num_drafts=num_drafts: race_mass_bounds(  # noqa: E731
+                ordered, num_drafts, WITHOUT.all_in_mass(ordered, 2))
+            pruned = prefix_scan_optimum(rows, race_counted, mass_bounds=bounds)
+            full = prefix_scan_optimum(rows, lambda ordered, num_drafts=num_drafts: WITHOUT.all_in_mass(ordered, num_drafts))
+            assert abs(pruned.acceptance[0] - full.acceptance[0]) <= 1e-13
+    assert sum(asked) <= 400  # 317 here; 616 by the bounds of Q_2·f(m)·q(H)^{n−3} and Q_2·Π f(T_i)
+
 # -- the head's arrival-count law through its moments ---------------------------------------
 def _count_law_by_products(values, counts, times, n):
     """P(c of the head's tokens arrived by t), c < n, as the product of each token's

@@ -80,12 +80,17 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     """Lower and upper bounds on Q(H_k), every prefix, from Q_2 (the n = 2 closed form).
 
     Given the first i draws in H with mass s, the next lands in H with probability
-    f(s) = (q(H) − s)/(1 − s) = 1 − r/(1 − s), r = q(H^c), which lies between f(T_i)
-    (T_i: the i largest masses of H) and q(H). f is concave, so by Jensen the third draw's
-    E[f(s_2) | first two in H] is at most f(m), m = E[q(x_1) + q(x_2); both in H] / Q_2, a
-    closed form like Q_2's. So
+    f(s) = (q(H) − s)/(1 − s) = 1 − r/(1 − s), r = q(H^c): decreasing and concave in s, and
+    s_i (the mass of the first i draws) lies in [s_2, T_i] for i ≥ 2 (T_i: the i largest
+    masses of H). With m = E[s_2 | first two in H] = E[q(x_1) + q(x_2); both in H]/Q_2 in
+    closed form like Q_2's:
 
-        Q_2·Π_{2≤i<n} f(T_i) ≤ Q(H) ≤ Q_2·f(m)·q(H)^{n−3},
+    - upper: f(s_i) ≤ f(s_2), so Q ≤ Q_2·E[f(s_2)^{n−2} | both in H]. Where
+      (n − 1)·r ≤ 2(1 − T_2), f^{n−2} is concave on [0, T_2] ((f^j)'' = j f^{j−2}(1 − s)^{−4}·r·
+      ((j + 1) r − 2(1 − s)) ≤ 0) and Jensen gives Q ≤ Q_2·f(m)^{n−2}; elsewhere f^{n−3} ≤ q(H)
+      and Jensen on f give Q ≤ Q_2·f(m)·q(H)^{n−3};
+    - lower: f(s_i) ≥ f(T_i) for i ≥ 3, and f(s_2) is above its chord over [0, T_2], so
+      Q ≥ Q_2·(q(H) − (q(H) − f(T_2))·m/T_2)·Π_{3≤i<n} f(T_i);
 
     exact (0 or 1) where H holds fewer than n drawable tokens or all of them. Both are moved
     outwards for rounding: r, m and 1 − T_i by relative 1e-12, 1e-10 and absolute
@@ -99,22 +104,31 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     squares = prefix_sums(draft_in_order**2)
     # E[(q(x1) + q(x2)); x1, x2 ∈ H] = Σ_x q_x/(1 − q_x)·[q_x (q(H) − q_x) + Σ_{y∈H} q_y² − q_x²]
     terms = (inside * weighted[1], 2.0 * weighted[2], squares * weighted[0])
-    drawn = np.maximum(terms[0] - terms[1] + terms[2] - 1e-10 * sum(terms), 0.0)
+    drawn = terms[0] - terms[1] + terms[2]
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.where(pair_mass > 0, drawn / pair_mass, 0.0)
+        mean_low, mean_high = (np.where(pair_mass > 0, np.maximum(drawn + sign * 1e-10 * sum(terms), 0.0) / pair_mass,
+                                        0.0) for sign in (-1.0, 1.0))
     low_rest, high_rest = rest * (1.0 - 1e-12), rest * (1.0 + 1e-12)
-    upper = pair_mass * _next_in(low_rest, 1.0 - mean) * (1.0 - low_rest) ** (num_drafts - 3) + BOUND_SLACK
-    lower = pair_mass.copy()
     largest = np.zeros(pair_mass.shape)  # T_i, summed level by level
     level = None  # the i-th largest mass of each prefix
+    later = np.ones(pair_mass.shape)  # Π_{3≤i<n} f(T_i)
     for i in range(1, num_drafts):
         below = draft_in_order if level is None else np.minimum(draft_in_order, np.concatenate(
             [np.zeros((level.shape[0], 1)), level[:, :-1]], axis=1))
         level = np.maximum.accumulate(below, axis=1)  # running max of what the i − 1 larger leave
         largest[:, 1:] += level
-        if i >= 2:
-            lower *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
-    lower -= BOUND_SLACK
+        if i == 2:
+            two_largest = largest + BOUND_SLACK
+        elif i >= 3:
+            later *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
+    next_at_mean = _next_in(low_rest, 1.0 - mean_low)
+    concave = (num_drafts - 1) * high_rest <= 2.0 * (1.0 - two_largest)
+    upper = pair_mass * next_at_mean * np.where(concave, next_at_mean, 1.0 - low_rest) ** (num_drafts - 3)
+    upper += BOUND_SLACK
+    at_zero, at_two = _next_in(high_rest, 1.0), _next_in(high_rest, 1.0 - two_largest)  # f(0), f(T_2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.clip(np.where(two_largest > 0, mean_high / two_largest, 1.0), 0.0, 1.0)
+    lower = pair_mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
     support = prefix_sums((draft_in_order > 0).astype(np.float64))
     exact = np.where(support >= num_drafts, 1.0, 0.0)
     known = (support < num_drafts) | (rest <= 0)
