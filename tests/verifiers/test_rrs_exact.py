@@ -200,7 +200,7 @@ def test_bins_of_equal_mass_times_gap_close_the_bracket_far_below_a_bin_per_valu
     monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", 8)
     passes = _record_passes(monkeypatch)
     low, high = three_draft_bounds(target, draft)
-    requested = [(8, 8), (16, 16), (32, 32)]  # doubling a side each pass, stopping where it closes
+    requested = [(8, 8), (16, 16), (32, 16), (64, 32)]  # x1 doubling every pass, x2 every second, until it closes
     assert len(passes) == len(requested) and all(np.all(np.less_equal(got, asked)) for got, asked in zip(passes, requested))
     assert high - low <= 2e-10 and low - 1e-13 <= exact_low <= high + 1e-13
 

@@ -24,14 +24,15 @@ and bracketed by monotone and interval bounds where it holds a range, costing
 O(V log V + B1·B2) for B1 × B2 bins: one exact pass where both sides have at most
 ``FIRST_BIN_COUNT`` distinct values (a bf16 model's softmax: a few thousand), else a
 certified bracket refined until it is within a tolerance (llama.cpp's float32 rows: ~10^5
-distinct values, closed at 512–1,024 bins a side). n ≥ 4 uses the plain recursion, for
+distinct values, closed at 256–1,024 bins a side). n ≥ 4 uses the plain recursion, for
 small vocabularies.
 
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
 ``recursion_seconds`` estimate a call): a row's sorts cost about 1e-6·V s, a bracket pass
 over B1 × B2 bins and V tokens about 9e-8·B1·B2 + 8e-8·B1·V/256 s, holding
 128·min(B1, 256)·B2 bytes. A row of more values than ``FIRST_BIN_COUNT`` starts at
-``COARSE_BIN_COUNT`` bins a side and doubles both each pass. Refinement stops where the
+``COARSE_BIN_COUNT`` bins a side and refines (``_refined``): x1 bins double every pass, x2
+bins every second pass from the first. Refinement stops where the
 next pass would take the n = 3 computation past ``BRACKET_SECONDS_LIMIT`` or a pass past
 ``BRACKET_BYTES_LIMIT``; the acceptance is then the midpoint of the certified bracket
 reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (about
@@ -61,7 +62,7 @@ BYTES_PER_GROUP_BIN = 128  # the [x1 bins, x2 bins] arrays of one chunk of _brac
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 SECONDS_PER_ROW_TOKEN = 1e-6  # a row's sorts and curve, before any pass
 FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
-COARSE_BIN_COUNT = 512  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
+COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 GROUP_CHUNK = 256
 
 
@@ -233,8 +234,8 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     are grouped by draft value: ``_bracket`` bounds the sum over bins of x1 values × bins of
     x2 values, exactly where each bin holds one value. A row of at most
     ``FIRST_BIN_COUNT`` distinct values on both sides (a bf16 model's softmax) gets one
-    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side and doubles them
-    until the bracket is within ``tolerance`` or the work limit is reached.
+    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side and refines them
+    (``_refined``) until the bracket is within ``tolerance`` or the work limit is reached.
     """
     levels = _ThreeLevels.of(np.asarray(target_row, dtype=np.float64), np.asarray(draft_row, dtype=np.float64))
     if levels is None:  # p ≤ q everywhere: the first draft is always accepted
@@ -249,15 +250,28 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
                 f"{levels.seconds((1, 1)) + spent:,.3g} s even for its coarsest bracket (V = {len(draft_row):,}), "
                 f"above the limit of {BRACKET_SECONDS_LIMIT:g} s")
         bins = (max(1, min(bins[0], COARSE_BIN_COUNT) // 2), max(1, min(bins[1], COARSE_BIN_COUNT) // 2))
+    refinement = 0
     while True:
         low, high = _bracket(levels, levels.first_bins(bins[0]), levels.second_bins(bins[1]))
         spent += levels.seconds(bins)
         if high - low <= 2 * tolerance or bins == most:
             return low, high
-        finer = (min(2 * bins[0], most[0]), min(2 * bins[1], most[1]))
+        refinement += 1
+        finer = _refined(bins, most, refinement)  # more bins on one side at least: reaches `most`
         if not levels.affordable(finer, spent):  # refining is beyond the work limit: the certified bracket reached
             return low, high
         bins = finer
+
+
+def _refined(bins, most, refinement: int):
+    """The bins of the pass after ``bins`` at its ``refinement``-th refinement (1, 2, …): x1
+    bins double every time, x2 bins at odd refinements and wherever x1 already has a bin per
+    value, each at most ``most``. x1 first since on llama.cpp's float32 rows doubling the x1
+    bins narrows the bracket more and costs less than doubling the x2 bins
+    (``benchmarks/results/study_exact_unit.md``, round 5)."""
+    first = min(2 * bins[0], most[0])
+    second = min(2 * bins[1], most[1]) if refinement % 2 or first == bins[0] else bins[1]
+    return first, second
 
 
 def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
