@@ -180,7 +180,7 @@ def _window_mass(draft, remaining, first, last, n, head_values, head_counts) -> 
     rates = remaining[first : last + 1]
     step = log(2.0) / RACE_NODES_PER_OCTAVE
     start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))  # ∫_0^start ≤ truncation
-    horizon = _race_horizon(draft, first, rates[-1], n)
+    horizon = _race_horizon(head_values, head_counts, rates[-1], n)
     if not np.isfinite(horizon) or horizon > 1e300:
         raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
                          "exponential-race quadrature")
@@ -235,14 +235,17 @@ def _doubled(tokens, rates, times, arrival, decay):
     return new_arrival, new_decay
 
 
-def _race_horizon(draft, first, last_rate, n) -> float:
+def _race_horizon(head_values, head_counts, last_rate, n) -> float:
     """Largest node t a window needs: beyond it every prefix's integrand is below truncation.
 
     G_H(t) ≤ n e^{−q_(n)(H) t} (q_(n)(H) = n-th largest q in H) and the weight decays as
     e^{−r t}; over the window r ≥ r_last and q_(n)(H) ≥ q_(n)(H_first), so
     t = ln(n/truncation) / max(r_last, q_(n)(H_first)) suffices. Also covers W(t) < truncation.
+    q_(n)(H_first) is read from the head's distinct positive values (ascending) and counts.
     """
-    nth_largest = np.partition(draft[:first], first - n)[first - n] if first >= n else 0.0
+    from_the_top = np.cumsum(head_counts[::-1])
+    nth_largest = head_values[::-1][np.searchsorted(from_the_top, n)] if from_the_top.size and from_the_top[-1] >= n \
+        else 0.0
     rate = max(last_rate, nth_largest)
     return max(log(n / RACE_TRUNCATION) / rate, float(gammainccinv(n, RACE_TRUNCATION)))
 
