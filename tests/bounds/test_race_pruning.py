@@ -148,7 +148,8 @@ def test_pruned_scan_races_fewer_prefixes():
             bounds = lambda ordered, num_drafts=num_drafts: race_mass_bounds(  # noqa: E731
                 ordered, num_drafts, WITHOUT.all_in_mass(ordered, 2))
             pruned = prefix_scan_optimum(rows, race_counted, mass_bounds=bounds)
-            full = prefix_scan_optimum(rows, lambda ordered, num_drafts=num_drafts: WITHOUT.all_in_mass(ordered, num_drafts))
+            full = prefix_scan_optimum(
+                rows, lambda ordered, num_drafts=num_drafts: WITHOUT.all_in_mass(ordered, num_drafts))
             assert abs(pruned.acceptance[0] - full.acceptance[0]) <= 1e-13
     assert sum(asked) <= 400  # 317 here; 616 by the bounds of Q_2·f(m)·q(H)^{n−3} and Q_2·Π f(T_i)
 
