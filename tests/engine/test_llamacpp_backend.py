@@ -186,7 +186,7 @@ CASES = {**LOSSLESS_CASES, **TREE_VERIFIER_CASES}
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_every_method_on_llama_cpp_generates_the_target_sequence_law(case, gguf_models, target_lm):
     name, options, processing = case
-    samples = sample_sequences(llamacpp_decoder(gguf_models, processing), build_method(name, **options))
+    samples = sample_sequences(llamacpp_decoder(gguf_models, processing), build_method(name, **options), batched=False)
     law = llamacpp_law(target_lm, PROMPT, processing, NEW_TOKENS)
     pvalue = chi_square_pvalue(samples, law)
     assert pvalue > SIGNIFICANCE, f"{name} {options}: χ² p-value {pvalue:.2e}"
@@ -195,7 +195,7 @@ def test_every_method_on_llama_cpp_generates_the_target_sequence_law(case, gguf_
 def test_prompt_lookup_on_llama_cpp_generates_the_target_sequence_law(gguf_models, target_lm):
     processing = Processing()
     decoder = llamacpp_decoder(gguf_models, processing, drafter="lookup")
-    samples = sample_sequences(decoder, build_method("chain", gamma=2), prompt=LOOKUP_PROMPT)
+    samples = sample_sequences(decoder, build_method("chain", gamma=2), prompt=LOOKUP_PROMPT, batched=False)
     assert chi_square_pvalue(samples, llamacpp_law(target_lm, LOOKUP_PROMPT, processing, NEW_TOKENS)) > SIGNIFICANCE
 
 
