@@ -3,6 +3,7 @@ Q(H) from the n = 2 closed form bracket the exact Q, the race on chosen prefixes
 the race on every prefix, and the pruned optimum equals the full scan."""
 
 import warnings
+from math import comb
 
 import numpy as np
 import pytest
@@ -211,3 +212,62 @@ def test_the_power_series_is_the_power_of_expm1_to_rounding():
         for j in range(1, num_drafts):
             np.testing.assert_allclose(series[j] @ u[None, :] ** np.arange(series.shape[1])[:, None],
                                        np.expm1(u) ** j, rtol=4e-15, atol=0)  # the power's own rounding
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_drafts=st.sampled_from([3, 4, 6]), pieces=st.integers(1, 6),
+       num_nodes=st.integers(1, 150))
+def test_the_head_law_built_piece_by_piece_equals_the_law_from_scratch(seed, num_drafts, pieces, num_nodes):
+    """A head added to ``_HeadLaw`` in pieces, as the windows add it (ties, repeated values,
+    masses over twelve decades, some tiny at every node), has the law of the whole head added
+    at once, and at every node the token-by-token product of Bernoulli laws to that product's
+    rounding (1e-12)."""
+    rng = np.random.default_rng(seed)
+    size = int(rng.integers(1, 400))
+    values = 10.0 ** rng.uniform(-12, -0.5, size)
+    values[rng.random(size) < 0.3] = values[0]  # ties
+    counts = rng.integers(1, 4, size).astype(np.float64)
+    times = race._race_times(num_drafts, num_nodes)
+    whole = race._head_count_law(values, counts, times, num_drafts)
+    head = race._HeadLaw(times, num_drafts)
+    for piece in np.array_split(np.arange(size), np.sort(rng.integers(0, size, pieces - 1))):
+        head.add(values[piece], counts[piece])
+    np.testing.assert_allclose(head.law(num_nodes), whole, rtol=1e-13, atol=1e-15)
+    unique, inverse = np.unique(values, return_inverse=True)
+    per_value = np.bincount(inverse, weights=counts).astype(np.int64)
+    assert np.all(np.abs(whole - _count_law_by_products(unique, per_value, times, num_drafts)) <= 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(mass=st.floats(1e-12, 0.3), tokens=st.integers(1, 5000), num_drafts=st.sampled_from([3, 4, 6]))
+def test_the_head_law_of_equal_masses_is_binomial(mass, tokens, num_drafts):
+    """m tokens of one mass q: P(c arrived by t) = C(m, c)(1 − e^{−tq})^c e^{−(m−c)tq}, at nodes
+    where the tokens are tiny, small and large (where n + 80 are large the law is 0 by design,
+    and the binomial below 1e-18), to 1e-12 relative or the power series' rounding of a law
+    that sums to 1."""
+    times = race._race_times(num_drafts, 150)
+    head = race._HeadLaw(times, num_drafts)
+    head.add(np.full(tokens, mass))
+    arrived, exponent = np.arange(num_drafts)[None, :], times[:, None] * mass
+    choices = np.array([[float(comb(tokens, count)) for count in range(num_drafts)]])  # 0 beyond m
+    expected = choices * (-np.expm1(-exponent)) ** arrived * np.exp(-np.maximum(tokens - arrived, 0) * exponent)
+    np.testing.assert_allclose(head.law(times.size), expected, rtol=1e-12, atol=1e-15)  # the series' rounding
+
+
+def test_a_window_has_the_nodes_of_its_head_horizon():
+    """``_window_nodes``: the running partition gives each window the horizon of its head's
+    n-th largest mass, as sorting the head does."""
+    rng = np.random.default_rng(4)
+    draft = np.sort(rng.dirichlet(np.full(5000, 0.1)))[::-1]  # r falls through several bands
+    remaining = np.concatenate([np.cumsum(draft[::-1])[::-1], [0.0]])
+    windows = race._windows(np.flatnonzero(remaining > 1e-9)[::7], remaining)
+    assert len(windows) >= 3
+    for num_drafts in (3, 6):
+        nodes = race._window_nodes(draft, remaining, windows, num_drafts)
+        start = race._race_times(num_drafts, 1)[0]
+        for (first, last), num_nodes in zip(windows, nodes):
+            head = np.sort(draft[:first])
+            horizon = race._race_horizon(head[-num_drafts] if first >= num_drafts else 0.0, remaining[last], num_drafts)
+            times = race._race_times(num_drafts, num_nodes)
+            assert num_nodes % race.RACE_NODES_PER_OCTAVE == 0
+            assert times[-1] >= horizon > times[-race.RACE_NODES_PER_OCTAVE - 1] if num_nodes > 3 else True

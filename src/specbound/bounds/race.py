@@ -5,10 +5,11 @@ independently, and the drafts are the first n arrivals. Q(H) = P(all n drafts �
 then an integral over the arrival time of the first token outside H, whose inner term — a
 Poisson-binomial tail over the tokens of H — does not depend on H's complement, so one
 incremental pass over growing prefixes H_k evaluates a window of prefixes at fixed
-quadrature nodes, from the arrival-count law of the tokens before it grouped by draft value
-(``race_all_in_mass``). The prefix scan of α* needs the race only where bounds from the
-n = 2 closed form leave a prefix a chance to minimise (``race_mass_bounds``, used by
-``subset.prefix_scan_optimum``). Letters: q = draft (SPEC.md §0).
+quadrature nodes, from the arrival-count law of the tokens before it, which each token
+enters once as the windows advance (``race_all_in_mass``, ``_HeadLaw``). The prefix scan
+of α* needs the race only where bounds from the n = 2 closed form leave a prefix a chance
+to minimise (``race_mass_bounds``, used by ``subset.prefix_scan_optimum``). Letters:
+q = draft (SPEC.md §0).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
 
     The prefixes go in windows of consecutive prefixes (``_windows``). In a window starting
     at prefix k0, G = Σ_{c<n} P(c head tokens arrived)·P(fewer than n − c window tokens
-    arrived): the head's arrival-count law is one product over its distinct draft values
-    (``_head_count_law``), and the window's over growing prefixes is e^{−t q(W)} Σ_c e_c(a),
+    arrived): the head's arrival-count law is kept at every node any window needs (the first
+    nodes of one grid, ``_window_nodes``) by sums that each head token adds to once
+    (``_HeadLaw``), and the window's over growing prefixes is e^{−t q(W)} Σ_c e_c(a),
     a_x = e^{t q(x)} − 1 (elementary symmetric sums), a chain of cumulative sums of positive
     terms — stable and vectorised. A window's r varies by at most ``RACE_SPAN``, so its
     sums stay finite up to its horizon.
@@ -66,11 +68,15 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
     mass = np.where(support >= n, 1.0, 0.0)  # Q when H_k holds the whole draft support, or too little
     integral = (support >= n) & (remaining > 0)
     wanted = integral if needed is None else integral & np.asarray(needed, dtype=bool)
-    head = _Head(draft)
-    for first, last in _windows(np.flatnonzero(wanted), remaining):
-        values, counts = head.upto(first)
+    windows = _windows(np.flatnonzero(wanted), remaining)
+    nodes = _window_nodes(draft, remaining, windows, n)
+    head, head_end = _HeadLaw(_race_times(n, max(nodes, default=0)), n), 0
+    for (first, last), num_nodes in zip(windows, nodes):
+        piece = draft[head_end:first]
+        head.add(piece[piece > 0])
+        head_end = first
         window = slice(first, last + 1)  # every prefix in it needs the integral: support and r are monotone
-        mass[window] = np.where(integral[window], _window_mass(draft, remaining, first, last, n, values, counts),
+        mass[window] = np.where(integral[window], _window_mass(draft, remaining, first, last, n, head, num_nodes),
                                 mass[window])
     mass = np.where(integral, np.clip(mass, 0.0, 1.0), mass)
     return mass if needed is None else np.where(needed, mass, np.nan)
@@ -152,43 +158,167 @@ def _windows(prefixes: np.ndarray, remaining: np.ndarray) -> list[tuple[int, int
     return list(zip(prefixes[starts].tolist(), prefixes[ends].tolist()))
 
 
-class _Head:
-    """The distinct positive draft values of the first k tokens with their counts, grown
-    window by window (each token is grouped once)."""
-
-    def __init__(self, draft):
-        self.draft, self.end = draft, 0
-        self.values, self.counts = np.zeros(0), np.zeros(0, dtype=np.int64)
-
-    def upto(self, end: int):
-        """The values (ascending) and counts of the first ``end`` tokens."""
-        if end > self.end:
-            piece = self.draft[self.end : end]
-            piece_values, piece_counts = np.unique(piece[piece > 0], return_counts=True)
-            # two sorted runs: a stable sort merges them in linear time
-            merged = np.concatenate([self.values, piece_values])
-            order = np.argsort(merged, kind="stable")
-            merged, counts = merged[order], np.concatenate([self.counts, piece_counts])[order]
-            starts = np.flatnonzero(np.concatenate([[True], np.diff(merged) != 0]))
-            self.values, self.counts, self.end = merged[starts], np.add.reduceat(counts, starts), end
-        return self.values, self.counts
+def _race_times(n, num_nodes) -> np.ndarray:
+    """The quadrature's first nodes at n: t_i = start·2^(i/``RACE_NODES_PER_OCTAVE``), i < num_nodes,
+    start such that ∫_0^start ≤ truncation.  # -> [num_nodes]"""
+    start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))
+    return start * 2.0 ** (np.arange(num_nodes) / RACE_NODES_PER_OCTAVE)
 
 
-def _window_mass(draft, remaining, first, last, n, head_values, head_counts) -> np.ndarray:
-    """Q on the prefixes first..last (module function's docstring). # -> [last − first + 1]"""
+def _window_nodes(draft, remaining, windows, n) -> list[int]:
+    """How many nodes each window needs: whole octaves up to its horizon (``_race_horizon``),
+    from the n-th largest mass before it (a running partition). # -> [windows]"""
+    start = _race_times(n, 1)[0]
+    last_offset = (RACE_NODES_PER_OCTAVE - 1) / RACE_NODES_PER_OCTAVE  # in octaves
+    nodes, largest, end = [], np.zeros(0), 0
+    for first, last in windows:
+        largest, end = np.concatenate([largest, draft[end:first]]), first
+        if largest.size > n:
+            largest = np.partition(largest, largest.size - n)[-n:]
+        horizon = _race_horizon(float(largest.min()) if largest.size == n else 0.0, remaining[last], n)
+        if not np.isfinite(horizon) or horizon > 1e300:
+            raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
+                             "exponential-race quadrature")
+        num_octaves = max(1, int(np.ceil(np.log2(horizon / start) - last_offset)) + 1)
+        nodes.append(num_octaves * RACE_NODES_PER_OCTAVE)
+    return nodes
+
+
+class _HeadLaw:
+    """P(c tokens of the head arrived by t), c < n, at the nodes t_i of one grid, for a head
+    that grows token by token (each token enters once, whatever the number of windows).
+
+    Math. With a = e^{tq} − 1, a head token adds a factor (1 + a z) to Π(1 + a z)·e^{−t q(head)},
+    the head's law as a polynomial in z mod z^n. At node i a token is
+    - tiny where t_i q ≤ ``RACE_TINY``, small where a ≤ 1 (t_i q ≤ ln 2 up to rounding),
+      large beyond; each token is tiny at the nodes i < tiny_end(q), small up to large_start(q),
+      large from there (the grid is increasing);
+    - tiny and small tokens enter through power sums, exactly and stably (a ≤ 1):
+      Π(1 + a z)^m = exp(Σ_j (−1)^{j+1} P_j z^j / j) mod z^n, P_j = Σ m a^j, with the exponent's
+      z^0 term −t·Σ m q over the tokens not large at the node (the sums ``small_mass`` kept by
+      large_start, summed from the largest node down: positive terms);
+    - at the few nodes where a token is small, not tiny (≤ 5: ln 2/0.25 < 2^(5/3)), it adds
+      m a^j to P_j itself (``power_sums``);
+    - a tiny token adds through the series a^j = Σ_k c_jk (tq)^k (``_power_series``): the
+      head's scaled moments T_k(i) = Σ m (t_i q)^k over the tokens tiny at node i are kept as
+      ``moments`` B_k(b) = Σ m (t_b q)^k over the tokens whose last tiny node is b, and
+      T_k(i) = Σ_{b≥i} (t_i/t_b)^k B_k(b), the recurrence T(i) = (t_i/t_{i+1})^k T(i+1) + B(i)
+      by doubling: every term is at most m·``RACE_TINY``^k and positive, so nothing
+      overflows or cancels at any t. A token tiny at every node of the grid (most of a real
+      row) costs only its powers at the last node: the grid ends at the last node any
+      window needs (``_window_nodes``);
+    - large tokens are the head's largest values: the ``n + RACE_LARGE_COUNT`` largest are
+      kept (``top_values``, descending, with counts and large_start) and enter as binomial
+      laws Bin(m, 1 − e^{−tq}) truncated at n. A node where n + ``RACE_LARGE_COUNT`` of them are
+      large (each arrived with probability > ½) gets the law 0: P(< n arrived) ≤
+      P(Bin(n + 80, ½) < n) < 1e-18 there, and for every prefix holding the head.
+    """
+
+    def __init__(self, times, n):
+        self.times, self.n = times, n  # [nodes], increasing
+        self.series = _power_series(n)  # [n, K + 1]
+        self.moments = np.zeros((self.series.shape[1], times.size))  # B_k(b)
+        self.power_sums = np.zeros((n, times.size))  # Σ m a^j over the small, not tiny tokens, j ≥ 1
+        self.small_mass = np.zeros(times.size + 1)  # Σ m q over the tokens with large_start b
+        self.top_values, self.top_counts = np.zeros(0), np.zeros(0)
+        self.top_large_start = np.zeros(0, dtype=np.int64)  # the first node each is large at
+
+    def add(self, values, counts=None) -> None:
+        """Add tokens of draft values ``values`` > 0, ``counts`` of each (1 by default).  # [tokens] x2"""
+        values = np.asarray(values, dtype=np.float64)
+        counts = np.ones(values.size) if counts is None else np.asarray(counts, dtype=np.float64)
+        if values.size == 0:
+            return
+        self._keep_largest(values, counts)
+        nodes = self.times.size
+        with np.errstate(divide="ignore"):  # a subnormal q: tiny at every node
+            deep = RACE_TINY / values >= self.times[-1]  # tiny at every node: the bulk of a real row
+        scaled, power = self.times[-1] * values[deep], counts[deep]  # the last node's t q ≤ RACE_TINY
+        for k in range(self.series.shape[1]):
+            self.moments[k, -1] += power.sum()
+            power = power * scaled
+        self.small_mass[-1] += counts[deep] @ values[deep]
+        values, counts = values[~deep], counts[~deep]
+        tiny_end = np.searchsorted(self.times, RACE_TINY / values, side="right")
+        large_start = np.searchsorted(self.times, log(2.0) / values, side="right")
+        self.small_mass += np.bincount(large_start, weights=counts * values, minlength=nodes + 1)
+        tiny = tiny_end > 0
+        last_tiny = tiny_end[tiny] - 1
+        scaled, power = self.times[last_tiny] * values[tiny], counts[tiny]  # t_b q ≤ RACE_TINY
+        for k in range(self.series.shape[1]):
+            self.moments[k] += np.bincount(last_tiny, weights=power, minlength=nodes)
+            power = power * scaled
+        for offset in range(int((large_start - tiny_end).max(initial=0))):  # the small, not tiny nodes
+            node = tiny_end + offset
+            small = node < large_start
+            arrival = np.expm1(self.times[node[small]] * values[small])  # ≤ 1
+            power = counts[small].copy()
+            for j in range(1, self.n):
+                power *= arrival
+                self.power_sums[j] += np.bincount(node[small], weights=power, minlength=nodes)
+
+    def _keep_largest(self, values, counts) -> None:
+        """The largest values, descending, until they hold n + ``RACE_LARGE_COUNT`` tokens, and
+        the first node each is large at."""
+        keep = self.n + RACE_LARGE_COUNT
+        if values.size > keep:  # each holds ≥ 1 token: the `keep` largest suffice
+            chosen = np.argpartition(-values, keep - 1)[:keep]
+            values, counts = values[chosen], counts[chosen]
+        values = np.concatenate([self.top_values, values])
+        order = np.argsort(-values, kind="stable")
+        counts = np.concatenate([self.top_counts, counts])[order]
+        size = int(np.searchsorted(np.cumsum(counts), keep)) + 1
+        self.top_values, self.top_counts = values[order][:size], counts[:size]
+        with np.errstate(divide="ignore"):
+            self.top_large_start = np.searchsorted(self.times, log(2.0) / self.top_values, side="right")
+
+    def law(self, num_nodes) -> np.ndarray:
+        """The law at the first ``num_nodes`` nodes.  # -> [nodes, n]"""
+        n, times = self.n, self.times[:num_nodes]
+        scaled = self._scaled_moments(num_nodes)  # [K + 1, nodes]
+        log_series = np.zeros((num_nodes, n))
+        log_series[:, 0] = -times * np.cumsum(self.small_mass[::-1])[::-1][1 : num_nodes + 1]
+        for j in range(1, n):
+            log_series[:, j] = (-1) ** (j + 1) * (self.power_sums[j, :num_nodes] + self.series[j] @ scaled) / j
+        law = np.zeros((num_nodes, n))  # exp of the series: c law_c = Σ_{i=1..c} i log_i law_{c−i}
+        law[:, 0] = np.exp(log_series[:, 0])
+        for c in range(1, n):
+            law[:, c] = sum(i * log_series[:, i] * law[:, c - i] for i in range(1, c + 1)) / c
+        large = self.top_large_start[None, :] <= np.arange(num_nodes)[:, None]  # [nodes, top]
+        if np.any(large):
+            binomial = _binomial_laws(self.top_values, self.top_counts, times, n)  # [nodes, top, n]
+            factors = np.where(large[:, :, None], binomial, np.eye(1, n)[None, :, :])
+            law = _truncated_product(np.concatenate([law[:, None, :], factors], axis=1))
+            law[large @ self.top_counts >= n + RACE_LARGE_COUNT] = 0.0
+        return law
+
+    def _scaled_moments(self, num_nodes) -> np.ndarray:
+        """T_k(i) = Σ_{b≥i} (t_i/t_b)^k B_k(b) at the first ``num_nodes`` nodes, by doubling:
+        after the step of span s, T(i) holds the bins i..i + 2s − 1 and ``reach`` (t_i/t_{i+2s})^k.
+        # -> [K + 1, nodes]"""
+        size = self.times.size
+        scaled = self.moments[:, :size].copy()
+        powers = np.arange(self.series.shape[1])[:, None]
+        reach = (self.times[: size - 1] / self.times[1:size])[None, :] ** powers  # (t_i/t_{i+1})^k
+        span = 1
+        while span < size:
+            scaled[:, : size - span] += reach[:, : size - span] * scaled[:, span:]
+            reached = max(0, size - 2 * span)
+            reach = reach[:, :reached] * reach[:, span : span + reached]
+            span *= 2
+        return scaled[:, :num_nodes]
+
+
+def _window_mass(draft, remaining, first, last, n, head, num_nodes) -> np.ndarray:
+    """Q on the prefixes first..last (module function's docstring), ``head`` the law of the
+    tokens before ``first``, at its first ``num_nodes`` nodes. # -> [last − first + 1]"""
     tokens = draft[first:last]  # the window's tokens: prefix first + i holds the first i of them
     rates = remaining[first : last + 1]
     step = log(2.0) / RACE_NODES_PER_OCTAVE
-    start = (factorial(n + 1) * RACE_TRUNCATION) ** (1.0 / (n + 1))  # ∫_0^start ≤ truncation
-    horizon = _race_horizon(head_values, head_counts, rates[-1], n)
-    if not np.isfinite(horizon) or horizon > 1e300:
-        raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
-                         "exponential-race quadrature")
-    last_offset = (RACE_NODES_PER_OCTAVE - 1) / RACE_NODES_PER_OCTAVE  # in octaves
-    num_octaves = max(1, int(np.ceil(np.log2(horizon / start) - last_offset)) + 1)
-    times = start * 2.0 ** (np.arange(num_octaves * RACE_NODES_PER_OCTAVE) / RACE_NODES_PER_OCTAVE)
+    num_octaves = num_nodes // RACE_NODES_PER_OCTAVE
+    times = head.times[:num_nodes]
     control = gammaincc(n, times)  # W(t) = P(Erlang(n, 1) > t)
-    coef = np.cumsum(_head_count_law(head_values, head_counts, times, n), axis=1)[:, ::-1]  # Σ_{i<n−c} head_i
+    coef = np.cumsum(head.law(num_nodes), axis=1)[:, ::-1]  # Σ_{i<n−c} head_i
     weight = step * times * np.exp(-rates[0] * times)  # [nodes]
     control_weights = np.zeros(rates.size)  # Σ_nodes h t W(t) e^{−r_k t}
     count_diffs = np.zeros(rates.size)  # differences in k of Σ_nodes h t e^{−r_k t} G_k(t)
@@ -235,70 +365,23 @@ def _doubled(tokens, rates, times, arrival, decay):
     return new_arrival, new_decay
 
 
-def _race_horizon(head_values, head_counts, last_rate, n) -> float:
+def _race_horizon(nth_largest, last_rate, n) -> float:
     """Largest node t a window needs: beyond it every prefix's integrand is below truncation.
 
     G_H(t) ≤ n e^{−q_(n)(H) t} (q_(n)(H) = n-th largest q in H) and the weight decays as
-    e^{−r t}; over the window r ≥ r_last and q_(n)(H) ≥ q_(n)(H_first), so
+    e^{−r t}; over the window r ≥ r_last and q_(n)(H) ≥ q_(n)(H_first) (``nth_largest``), so
     t = ln(n/truncation) / max(r_last, q_(n)(H_first)) suffices. Also covers W(t) < truncation.
-    q_(n)(H_first) is read from the head's distinct positive values (ascending) and counts.
     """
-    from_the_top = np.cumsum(head_counts[::-1])
-    nth_largest = head_values[::-1][np.searchsorted(from_the_top, n)] if from_the_top.size and from_the_top[-1] >= n \
-        else 0.0
-    rate = max(last_rate, nth_largest)
-    return max(log(n / RACE_TRUNCATION) / rate, float(gammainccinv(n, RACE_TRUNCATION)))
+    return max(log(n / RACE_TRUNCATION) / max(last_rate, nth_largest), float(gammainccinv(n, RACE_TRUNCATION)))
 
 
 def _head_count_law(values, counts, times, n) -> np.ndarray:
-    """P(c head tokens arrived by t), c = 0..n−1, at every node; the head's tokens given as
-    distinct draft values, ascending, and their counts.  # [distinct] x2, [nodes] -> [nodes, n]
-
-    Values with a = e^{tq} − 1 ≤ 1 enter through power sums, exactly:
-    Π(1 + a z)^m = exp(Σ_j (−1)^{j+1} P_j z^j / j) mod z^n, with P_j = Σ m a^j (stable since
-    a ≤ 1); the others through binomial laws Bin(m, 1 − e^{−tq}) truncated at n. A node
-    where n + ``RACE_LARGE_COUNT`` head tokens have a > 1 (each arrived with probability
-    > ½) gets the law 0: P(< n arrived) ≤ P(Bin(n + 80, ½) < n) < 1e-18 there, and for every
-    prefix holding the head.
-
-    The power sums of the tokens with tq ≤ ``RACE_TINY`` (at a real row's nodes, nearly all
-    of its 10^5 values) come from the head's moments Σ m q^k, once per head, through the
-    series a^j = (e^{tq} − 1)^j = Σ_k c_jk (tq)^k (``_power_series``, positive terms, cut
-    where the rest is below 1e-17 of the sum): a node then costs the tokens above the
-    threshold, not the whole head.
-    """
-    law = np.zeros((times.size, n))
-    if values.size == 0:
-        law[:, 0] = 1.0
-        return law
-    values, counts = values[::-1], counts[::-1].astype(np.float64)  # descending
-    # values that can be large at a node not given the law 0: the largest, n + 80 tokens' worth
-    candidates = int(np.searchsorted(np.cumsum(counts), n + RACE_LARGE_COUNT)) + 1
-    series = _power_series(n)
-    # a node's direct tokens: the values above RACE_TINY / t, a prefix of the descending values;
-    # all of them where t^K could overflow (t > 10^14 at K = 20: an n-th largest mass below 10^−13)
-    direct = np.searchsorted(-values, -RACE_TINY / times, side="left")
-    direct[(series.shape[1] - 1) * np.log(times) > log(1e290)] = values.size
-    # Σ_{i ≥ d} m q^k, k = 0..K, at each node's d: sums over the runs between the nodes' d, then
-    # running sums of the runs from the smallest values up (positive terms: no cancellation)
-    cuts = np.unique(direct[direct < values.size])
-    moments = np.zeros((series.shape[1], values.size + 1))
-    if cuts.size:
-        powers = np.empty((series.shape[1], values.size - cuts[0]))
-        powers[0] = counts[cuts[0]:]
-        for k in range(1, series.shape[1]):
-            np.multiply(powers[k - 1], values[cuts[0]:], out=powers[k])
-        runs = np.add.reduceat(powers, cuts - cuts[0], axis=1)  # [K + 1, cuts]
-        moments[:, cuts] = np.cumsum(runs[:, ::-1], axis=1)[:, ::-1]
-    start = 0
-    while start < times.size:  # blocks of nodes whose direct tokens fit BLOCK_ELEMENTS
-        stop = start + 1
-        while stop < times.size and (stop + 1 - start) * max(direct[stop], candidates) <= BLOCK_ELEMENTS:
-            stop += 1
-        rows = slice(start, stop)
-        law[rows] = _head_block_law(values, counts, times[rows], n, candidates, direct[rows], moments, series)
-        start = stop
-    return law
+    """P(c head tokens arrived by t), c = 0..n−1, at ``times`` (increasing) for the head of
+    draft values ``values`` > 0 with ``counts``, from scratch (``_HeadLaw``).
+    # [distinct] x2, [nodes] -> [nodes, n]"""
+    head = _HeadLaw(np.asarray(times, dtype=np.float64), n)
+    head.add(values, counts)
+    return head.law(head.times.size)
 
 
 def _power_series(n) -> np.ndarray:
@@ -320,43 +403,16 @@ def _power_series(n) -> np.ndarray:
     return series
 
 
-def _head_block_law(values, counts, times, n, candidates, direct, moments, series) -> np.ndarray:
-    """``_head_count_law`` at a block of nodes; ``direct`` [nodes]: how many of the largest
-    values each node sums itself (the rest through ``moments`` and ``series``)."""
-    width = max(int(direct.max()), min(candidates, values.size))
-    head_values, head_counts = values[:width], counts[:width]
-    with np.errstate(over="ignore"):  # inf is a large value: a binomial factor
-        arrival = np.expm1(times[:, None] * head_values[None, :])  # [nodes, width]
-    large = arrival > 1.0
-    summed = np.arange(width)[None, :] < direct[:, None]  # the node's direct tokens
-    small_arrival = np.where(large | ~summed, 0.0, arrival)
-    tiny = moments[:, direct]  # [K + 1, nodes]: the moments of the values below each node's threshold
-    scaled = np.zeros(tiny.shape)  # t^k Σ m q^k; 0 at the nodes without tiny tokens, where t^k may overflow
-    moment_nodes = direct < values.size
-    scaled[:, moment_nodes] = times[moment_nodes] ** np.arange(series.shape[1])[:, None] * tiny[:, moment_nodes]
-    log_series = np.zeros((times.size, n))
-    log_series[:, 0] = -times * (np.where(large | ~summed, 0.0, head_values[None, :]) @ head_counts + tiny[1])
-    power = np.ones_like(small_arrival)
-    for m in range(1, n):
-        power *= small_arrival
-        log_series[:, m] = (-1) ** (m + 1) * (power @ head_counts + series[m] @ scaled) / m
-    law = np.zeros((times.size, n))  # exp of the series: c law_c = Σ_{i=1..c} i log_i law_{c−i}
-    law[:, 0] = np.exp(log_series[:, 0])
-    for c in range(1, n):
-        law[:, c] = sum(i * log_series[:, i] * law[:, c - i] for i in range(1, c + 1)) / c
-    top = slice(0, min(candidates, values.size))
-    value, count = values[top][None, :, None], counts[top][None, :, None]
+def _binomial_laws(values, counts, times, n) -> np.ndarray:
+    """P(c of m tokens of draft value q arrived by t) = Bin(m, 1 − e^{−tq}) at c < n, per node
+    and value.  # [values] x2, [nodes] -> [nodes, values, n]"""
+    value, count = values[None, :, None], counts[None, :, None]
     arrived = np.arange(n)[None, None, :]
     t = times[:, None, None]
     with np.errstate(divide="ignore", invalid="ignore"):
         log_binomial = (gammaln(count + 1) - gammaln(arrived + 1) - gammaln(count - arrived + 1)
                         + arrived * np.log(-np.expm1(-t * value)) - (count - arrived) * t * value)
-    binomial = np.where(arrived <= count, np.exp(log_binomial), 0.0)  # [nodes, candidates, n]
-    identity = np.eye(1, n)[None, :, :]
-    factors = np.where(large[:, top, None], binomial, identity)
-    law = _truncated_product(np.concatenate([law[:, None, :], factors], axis=1))
-    law[(large * head_counts).sum(axis=1) >= n + RACE_LARGE_COUNT] = 0.0
-    return law
+    return np.where(arrived <= count, np.exp(log_binomial), 0.0)
 
 
 def _truncated_product(factors: np.ndarray) -> np.ndarray:
