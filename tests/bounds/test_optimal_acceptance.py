@@ -7,10 +7,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
 from specbound.bounds.race import RACE_ACCURACY, _windows, race_all_in_mass
+from specbound.bounds.subset import restricted_order
 from specbound.cli import main
 from specbound.drafts import get_draft_scheme, optimal_acceptance, optimal_acceptance_bruteforce, optimal_acceptance_lp
 
@@ -141,6 +144,46 @@ def test_scan_order_is_the_exact_ratio_order():
     with np.errstate(divide="ignore", invalid="ignore"):
         expected = np.argsort(targets / drafts, axis=1, kind="stable")  # NaN sorts last
     np.testing.assert_array_equal(scan_order(targets, drafts), expected)
+
+
+def test_scan_order_takes_a_guess_only_where_it_is_the_scan_order():
+    """A guess is taken where (ratio bits, id) rise strictly along it and sorted away
+    elsewhere, row by row: the right order, tied tokens (0/0, equal ratios) out of id order,
+    ratios an ulp apart swapped, a permutation at random, ids out of range, a wrong shape."""
+    rng = np.random.default_rng(13)
+    target, draft = instance(rng, 4000, 1)
+    target[:50] = draft[:50] * (1 + np.arange(50)[::-1] * 2.0**-50)  # ratios an ulp apart
+    target[60:70], draft[60:70] = 0.0, 0.0  # 0/0
+    target[80:90], draft[80:90] = 0.25 * draft[80], draft[80]  # one ratio, ten tokens
+    targets, drafts = np.stack([target, target[::-1]]), np.stack([draft, draft[::-1]])
+    expected = scan_order(targets, drafts)
+    np.testing.assert_array_equal(scan_order(targets, drafts, expected), expected)
+    for row in range(2):
+        for first, second in ((60, 61), (80, 81), (0, 1)):
+            wrong = expected.copy()
+            place = [np.flatnonzero(wrong[row] == token)[0] for token in (first, second)]
+            wrong[row, place] = wrong[row, place[::-1]]
+            np.testing.assert_array_equal(scan_order(targets, drafts, wrong), expected)
+    shuffled = np.stack([expected[0], rng.permutation(4000)])
+    np.testing.assert_array_equal(scan_order(targets, drafts, shuffled), expected)
+    outside = expected.copy()
+    outside[1, -1] = 4000
+    for guess in (outside, expected[:1], expected[:, :-1], expected.astype(float)):
+        np.testing.assert_array_equal(scan_order(targets, drafts, guess), expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(vocab=st.integers(2, 60), seed=st.integers(0, 2**32 - 1), values=st.integers(1, 5))
+def test_restricted_order_is_the_scan_order_of_the_kept_tokens(vocab, seed, values):
+    """The scan order restricted to a subset of the tokens and renumbered is the subset's
+    own scan order, ties (few distinct values: many equal ratios, 0/0, p/0) in id order."""
+    rng = np.random.default_rng(seed)
+    levels = np.array([0.0, 1.0, 2.0, 3.0, 0.5, 6.0])[: values + 1]
+    target, draft = rng.choice(levels, vocab), rng.choice(levels, vocab)
+    kept = rng.random(vocab) < rng.uniform(0.2, 1.0)
+    kept[0] = True
+    order = restricted_order(scan_order(target[None], draft[None])[0], kept)
+    np.testing.assert_array_equal(order, scan_order(target[None, kept], draft[None, kept])[0])
 
 
 def test_prefix_scan_is_batched_row_by_row():

@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edge_cases import distribution_pairs
-from specbound.bounds.tail import cut_tail, cut_tails, tail_factor
+from specbound.bounds.rows import RowPairs
+from specbound.bounds.subset import scan_order
+from specbound.bounds.tail import cut_tail, cut_tails, scan_guesses, tail_factor
 
 
 def reference_cut(target, draft, budget, num_drafts):
@@ -101,3 +103,32 @@ def test_cut_tails_keeps_the_reference_cut_on_edge_cases(pair, budget, flat):
         np.testing.assert_allclose(cut.draft, draft[kept] / draft[kept].sum(), rtol=1e-12)
         assert cut.dropped_target == pytest.approx(dropped_target, rel=1e-12, abs=1e-300)
         assert cut.dropped_draft == pytest.approx(dropped_draft, rel=1e-12, abs=1e-300)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pair=distribution_pairs(max_vocab=40), budget=st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 0.5]), flat=st.booleans())
+def test_scan_guesses_give_each_cuts_scan_order(pair, budget, flat):
+    """The scan order of every n's cut as the study checks it (``RowPairs.checked``) is the
+    same with its guess, which one sort of the widest cut gives (cuts are nested), as
+    without, with ties, zeros and subnormal masses."""
+    target, draft = (row / row.sum() for row in pair)
+    if flat:
+        draft = np.full(draft.size, 1.0 / draft.size)
+    cuts = cut_tails(target, draft, budget, [1, 2, 3, 4, 6])
+    for count, guess in scan_guesses(cuts).items():
+        rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None], guess)
+        assert guess is not None
+        np.testing.assert_array_equal(rows.scan_order, scan_order(rows.target, rows.draft))
+
+
+def test_scan_guesses_are_the_scan_orders_on_model_shaped_rows(rng):
+    """On rows shaped like a model's (float32 probabilities, long tails) every guess is
+    already the cut's scan order: the one sort per row is all that is sorted."""
+    for _ in range(10):
+        target, draft = tailed_rows(rng, 5000).astype(np.float32).astype(np.float64)
+        target, draft = target / target.sum(), draft / draft.sum()
+        cuts = cut_tails(target, draft, 1e-4, [2, 3, 4, 6])
+        assert len({cut.tokens.size for cut in cuts.values()}) > 1  # the guesses are restricted
+        for count, guess in scan_guesses(cuts).items():
+            rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None])
+            np.testing.assert_array_equal(guess, rows.scan_order)

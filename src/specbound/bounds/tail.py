@@ -22,19 +22,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specbound.bounds.subset import restricted_order, scan_order
 from specbound.probability import top_tokens
 
 
 @dataclass(frozen=True)
 class TailCut:
     """One row pair after the cut for one n: the kept tokens' renormalised laws, the
-    dropped masses δp, δq and the bound B on the move."""
+    dropped masses δp, δq, the bound B on the move and the kept tokens' ids."""
 
     target: np.ndarray  # [kept]
     draft: np.ndarray  # [kept]
     dropped_target: float
     dropped_draft: float
     bound: float
+    tokens: np.ndarray  # [kept] ascending
 
 
 def tail_factors(draft: np.ndarray, counts, largest=None) -> dict[int, float]:
@@ -77,7 +79,7 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         keep = likely > 0
         kept = _renormalised(target, draft, keep)
         return {count: TailCut(*kept, float(target[~keep].sum()), float(draft[~keep].sum()),
-                               float(target[~keep].sum())) for count in counts}
+                               float(target[~keep].sum()), np.flatnonzero(keep)) for count in counts}
     largest = top_tokens(draft[None, :], min(max(counts), draft.size))[0]
     factors = tail_factors(draft, counts, largest)
     protected = np.concatenate([[np.argmax(target)], largest])
@@ -114,8 +116,32 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         dropped_target = float(target_mass[: drop_from[count]].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[: drop_from[count]].sum() + draft[dropped_extra].sum())
         cuts[count] = TailCut(kept_target / kept_target.sum(), kept_draft / kept_draft.sum(), dropped_target,
-                              dropped_draft, dropped_target + factors[count] * dropped_draft)
+                              dropped_draft, dropped_target + factors[count] * dropped_draft, widest[kept])
     return cuts
+
+
+def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
+    """n -> a guess of the scan order of n's cut (``subset.scan_order``), all from one sort:
+    the scan order of the cut that keeps the most tokens, restricted to each cut whose
+    tokens are among its own (None for another). The cuts renormalise the same p and q by
+    constants, which keeps the order of p/q except where two ratios round differently
+    (within a few ulps of each other), so the guess is checked where it is used.
+    # {n: TailCut [kept]} -> {n: [1, kept] int or None}"""
+    widest = max(cuts.values(), key=lambda cut: cut.tokens.size)
+    order = scan_order(widest.target[None], widest.draft[None])
+    member = np.zeros(widest.tokens[-1] + 1 if widest.tokens.size else 0, dtype=bool)
+    guesses = {}
+    for count, cut in cuts.items():
+        if np.array_equal(cut.tokens, widest.tokens):
+            guesses[count] = order
+            continue
+        inside = cut.tokens[cut.tokens < member.size]
+        member[:] = False
+        member[inside] = True
+        kept = member[widest.tokens]
+        nested = inside.size == cut.tokens.size == kept.sum()
+        guesses[count] = restricted_order(order[0], kept)[None] if nested else None
+    return guesses
 
 
 def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):

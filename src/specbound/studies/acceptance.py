@@ -55,7 +55,7 @@ import numpy as np
 
 from specbound import arguments
 from specbound.bounds.rows import RowPairs
-from specbound.bounds.tail import cut_tails
+from specbound.bounds.tail import cut_tails, scan_guesses
 from specbound.checks import finite_number, positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
@@ -257,13 +257,17 @@ class AcceptanceStudy(Study):
 
 def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
     """``AcceptanceStudy.exact`` for rows in one process: each row's tail cut for every n
-    of ``counts``, then every method at each n.  # [positions, vocab] x2"""
+    of ``counts``, then every method at each n. A row's cuts are sorted by p/q once, the
+    others' scan orders read from that sort (``bounds.tail.scan_guesses``).
+    # [positions, vocab] x2"""
     cuts = [cut_tails(target, draft, tail_budget, counts) for target, draft in zip(target_rows, draft_rows)]
+    guesses = [scan_guesses(row_cuts) for row_cuts in cuts]
     exact = {}
     for num_drafts in counts:
         rows = [row_cuts[num_drafts] for row_cuts in cuts]
         tails = np.array([[cut.dropped_target, cut.dropped_draft, cut.bound] for cut in rows]).reshape(len(rows), 3)
-        exact[num_drafts] = (tails, *exact_acceptances(methods, [(cut.target, cut.draft) for cut in rows], num_drafts))
+        exact[num_drafts] = (tails, *exact_acceptances(methods, [(cut.target, cut.draft) for cut in rows], num_drafts,
+                                                       [row_guesses[num_drafts] for row_guesses in guesses]))
     return exact
 
 
@@ -289,11 +293,12 @@ def _shared_exact_part(name, shape, start, step, methods, counts, tail_budget):
     return unit_exact_part(methods, counts, tail_budget, rows[0], rows[1])
 
 
-def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
+def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None) -> tuple[dict, dict]:
     """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
     no exact value at this size (``method_acceptance``'s ValueError). Each row is checked
     once and every method reads the same checked form, so its sorts and searches are done
-    once for all methods (``bounds.rows.RowPairs``). One call per row: batching rows of
+    once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``: per row, a guess of
+    its scan order or None, checked before it is used). One call per row: batching rows of
     different lengths by padding was measured slower (the padding costs more than the calls
     it saves). A verifier that attains its scheme's α* by construction takes the optimum's
     values when those are computed before it."""
@@ -301,21 +306,25 @@ def exact_acceptances(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
     for index, method in enumerate(methods):
         if attained_optimum(method, num_drafts) in methods[:index]:
             reused[method] = attained_optimum(method, num_drafts)
-    acceptance, missing = _row_by_row([method for method in methods if method not in reused], pairs, num_drafts)
+    guesses = [None] * len(pairs) if scan_guesses is None else scan_guesses
+    computing = [method for method in methods if method not in reused]
+    acceptance, missing = _row_by_row(computing, pairs, num_drafts, guesses)
     fallback = [method for method, optimum in reused.items() if optimum in missing]
-    computed, computed_missing = _row_by_row(fallback, pairs, num_drafts)
+    computed, computed_missing = _row_by_row(fallback, pairs, num_drafts, guesses)
     acceptance.update(computed)
     missing.update(computed_missing)
     acceptance.update({method: list(acceptance[optimum]) for method, optimum in reused.items() if optimum in acceptance})
     return {method: acceptance[method] for method in methods if method in acceptance}, missing
 
 
-def _row_by_row(methods, pairs, num_drafts: int) -> tuple[dict, dict]:
+def _row_by_row(methods, pairs, num_drafts: int, guesses) -> tuple[dict, dict]:
     """``exact_acceptances`` without the reuse: every method at every row, rows outer."""
+    if not methods:
+        return {}, {}
     acceptance, missing = {method: [] for method in methods}, {}
-    for target, draft in pairs:
+    for (target, draft), guess in zip(pairs, guesses):
         try:
-            rows = RowPairs.checked(target[None], draft[None])
+            rows = RowPairs.checked(target[None], draft[None], guess)
         except ValueError as error:
             missing.update({method: str(error) for method in methods})
             break
