@@ -271,3 +271,15 @@ def test_a_window_has_the_nodes_of_its_head_horizon():
             times = race._race_times(num_drafts, num_nodes)
             assert num_nodes % race.RACE_NODES_PER_OCTAVE == 0
             assert times[-1] >= horizon > times[-race.RACE_NODES_PER_OCTAVE - 1] if num_nodes > 3 else True
+
+
+def test_a_subnormal_head_token_raises_no_warning():
+    """A head token of subnormal mass (tiny at every node, large at none) enters the law
+    without an overflow warning; Q is the same as with the token's mass at 0 to rounding."""
+    draft = np.random.default_rng(0).dirichlet(np.ones(50))
+    draft[10] = 1e-310
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mass = race_all_in_mass(draft, 3)
+    draft[10] = 0.0
+    np.testing.assert_allclose(mass[11:], race_all_in_mass(draft, 3)[11:], rtol=0, atol=1e-15)

@@ -231,7 +231,7 @@ class _HeadLaw:
             return
         self._keep_largest(values, counts)
         nodes = self.times.size
-        with np.errstate(divide="ignore"):  # a subnormal q: tiny at every node
+        with np.errstate(over="ignore"):  # RACE_TINY / a subnormal q is ∞: tiny at every node
             deep = RACE_TINY / values >= self.times[-1]  # tiny at every node: the bulk of a real row
         scaled, power = self.times[-1] * values[deep], counts[deep]  # the last node's t q ≤ RACE_TINY
         for k in range(self.series.shape[1]):
@@ -269,7 +269,7 @@ class _HeadLaw:
         counts = np.concatenate([self.top_counts, counts])[order]
         size = int(np.searchsorted(np.cumsum(counts), keep)) + 1
         self.top_values, self.top_counts = values[order][:size], counts[:size]
-        with np.errstate(divide="ignore"):
+        with np.errstate(over="ignore"):  # ln 2 / a subnormal q is ∞: large at no node
             self.top_large_start = np.searchsorted(self.times, log(2.0) / self.top_values, side="right")
 
     def law(self, num_nodes) -> np.ndarray:
