@@ -14,6 +14,7 @@ from edge_cases import EXACT_KINDS, distribution_pairs
 from specbound.bounds import prefix_scan_optimum, race
 from specbound.bounds.race import RACE_ACCURACY, race_all_in_mass, race_mass_bounds
 from specbound.bounds.rows import RowPairs
+from specbound.verifiers import get_verifier
 from specbound.drafts import get_draft_scheme
 from test_optimal_acceptance import without_replacement_prefix_mass
 
@@ -283,3 +284,15 @@ def test_a_subnormal_head_token_raises_no_warning():
         mass = race_all_in_mass(draft, 3)
     draft[10] = 0.0
     np.testing.assert_allclose(mass[11:], race_all_in_mass(draft, 3)[11:], rtol=0, atol=1e-15)
+
+
+def test_a_prefix_whose_mass_bounds_overflow_goes_to_the_race():
+    """q = (1, 0, 1e-310 × 3): 1 − q(x) rounds to 0 for the first token, so the bounds' closed
+    forms overflow. With n = 3 the drafts are token 0 and two of the three subnormal ones, so
+    H = {0, 2, 3} has Q(H) = 1/3 and α* ≤ 1 + p(H) − Q(H) < 0.87: the prefix must not be pruned
+    (an overflowed upper bound of 0 once pruned it and α* came out 1.0; a NaN lower bound made
+    it ∞). The race then refuses the subnormal masses by name."""
+    target = np.array([[0.19723982, 0.0, 0.0, 0.0, 0.80276018]])
+    draft = np.array([[1.0, 0.0, 1e-310, 1e-310, 1e-310]])
+    with pytest.raises(ValueError, match="subnormal"):
+        get_verifier("rrs_without_replacement").optimum(target, draft, 3)

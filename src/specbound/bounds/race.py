@@ -135,6 +135,10 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.clip(np.where(two_largest > 0, mean_high / two_largest, 1.0), 0.0, 1.0)
     lower = pair_mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
+    # A draft mass so close to 1 that 1 − q(x) rounds to 0 (beside subnormal masses) overflows the
+    # closed forms: m is then unknown, and so are both bounds — [0, 1] leaves the prefix to the race
+    lower = np.where(np.isfinite(lower) & np.isfinite(mean_high), lower, 0.0)
+    upper = np.where(np.isfinite(upper) & np.isfinite(mean_low), upper, 1.0)
     support = prefix_sums((draft_in_order > 0).astype(np.float64))
     exact = np.where(support >= num_drafts, 1.0, 0.0)
     known = (support < num_drafts) | (rest <= 0)
