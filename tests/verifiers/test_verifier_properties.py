@@ -24,6 +24,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from edge_cases import EXACT_KINDS, distribution_pairs
+from specbound.bounds.subset import bruteforce_optimum
 from specbound.probability import as_target_and_draft
 from specbound.verifiers import VERIFIERS, get_verifier
 
@@ -70,7 +71,7 @@ def enumerated(verifier, target, draft, num_drafts):
 
 def check_exact_laws(verifier, target_probs, draft_probs, num_drafts):
     target, draft = (row[0] for row in as_target_and_draft(target_probs, draft_probs))
-    _, tuple_probs, laws, hits = enumerated(verifier, target_probs, draft_probs, num_drafts)
+    tuples, tuple_probs, laws, hits = enumerated(verifier, target_probs, draft_probs, num_drafts)
     assert np.all(np.isfinite(laws)), "output_law is not finite"
     assert np.all(laws >= 0)
     np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=TOLERANCE, rtol=0)
@@ -88,6 +89,8 @@ def check_exact_laws(verifier, target_probs, draft_probs, num_drafts):
         assert "draft_probs" in str(error) and "subnormal" in str(error)
         return
     assert np.isfinite(optimum) and -TOLERANCE <= optimum <= 1 + TOLERANCE
+    # α* = 1 + min over H of p(H) − Q(H), Q from the enumerated joint law: every subset tried
+    assert optimum == pytest.approx(bruteforce_optimum(target, tuples, tuple_probs)[0], abs=TOLERANCE)
     if verifier.lossless:
         assert acceptance <= optimum + TOLERANCE
 
