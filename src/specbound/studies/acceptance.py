@@ -44,6 +44,7 @@ prompts pooled) with standard errors over prompts (``statistics``).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import multiprocessing
 import os
 import time
@@ -216,7 +217,7 @@ class AcceptanceStudy(Study):
             return unit_exact_part(self.methods, self.num_drafts, self.tail_budget, target_rows, draft_rows)
         if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
             self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_one_blas_thread)
+                                             initializer=_worker_setup)
         rows = np.stack([np.asarray(target_rows, dtype=np.float64), np.asarray(draft_rows, dtype=np.float64)])
         shared = shared_memory.SharedMemory(create=True, size=rows.nbytes)
         try:
@@ -272,14 +273,26 @@ def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> di
 
 
 _BLAS_LIMITS = []  # a worker's threadpool limits, kept for its life
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+KEPT_FREED_BYTES = 64 << 20  # blocks below this come from the heap; freed memory up to 4x it stays
 
 
-def _one_blas_thread() -> None:
-    """A worker's BLAS on one thread: the workers already fill the cores, and a threaded
-    BLAS under each made two workers only 1.2× one (one thread each: 1.5×)."""
+def _worker_setup() -> None:
+    """A worker's BLAS on one thread: the workers already fill the cores, and a threaded BLAS
+    under each made two workers only 1.2× one (one thread each: 1.5×). And glibc's malloc
+    keeps the memory the worker frees: the exact part allocates and frees arrays of a cut
+    row's size (megabytes) at every step, and under glibc's adaptive mmap threshold many came
+    as fresh mappings, each paying its page faults again (measured in benchmarks/README.md).
+    Elsewhere than glibc the allocator is left as it is."""
     from threadpoolctl import threadpool_limits
 
     _BLAS_LIMITS.append(threadpool_limits(limits=1, user_api="blas"))
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, KEPT_FREED_BYTES)
+    libc.mallopt(M_TRIM_THRESHOLD, 4 * KEPT_FREED_BYTES)
 
 
 def _shared_exact_part(name, shape, start, step, methods, counts, tail_budget):
