@@ -106,11 +106,12 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     inside, spread = prefix_sums(draft_in_order), mass_of_the_others(draft_in_order)  # q(H), 1 − q(x)
     rest = np.zeros(inside.shape)  # r = q(H^c), summed from the tail: exact 0 for the whole vocabulary
     np.cumsum(draft_in_order[:, ::-1], axis=1, out=rest[:, -2::-1])
-    weighted = [prefix_sums(draft_in_order**power / spread) for power in (1, 2, 3)]  # Σ_H q^j/(1 − q)
-    squares = prefix_sums(draft_in_order**2)
-    # E[(q(x1) + q(x2)); x1, x2 ∈ H] = Σ_x q_x/(1 − q_x)·[q_x (q(H) − q_x) + Σ_{y∈H} q_y² − q_x²]
-    terms = (inside * weighted[1], 2.0 * weighted[2], squares * weighted[0])
-    drawn = terms[0] - terms[1] + terms[2]
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # 1 − q(x) = 0: not finite, both bounds [0, 1] below
+        weighted = [prefix_sums(draft_in_order**power / spread) for power in (1, 2, 3)]  # Σ_H q^j/(1 − q)
+        squares = prefix_sums(draft_in_order**2)
+        # E[(q(x1) + q(x2)); x1, x2 ∈ H] = Σ_x q_x/(1 − q_x)·[q_x (q(H) − q_x) + Σ_{y∈H} q_y² − q_x²]
+        terms = (inside * weighted[1], 2.0 * weighted[2], squares * weighted[0])
+        drawn = terms[0] - terms[1] + terms[2]
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_low, mean_high = (np.where(pair_mass > 0, np.maximum(drawn + sign * 1e-10 * sum(terms), 0.0) / pair_mass,
                                         0.0) for sign in (-1.0, 1.0))
