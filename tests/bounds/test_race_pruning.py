@@ -196,7 +196,7 @@ def test_the_head_law_through_moments_equals_the_law_of_its_tokens(num_drafts):
     times = 1e-3 * 2.0 ** (np.arange(180) / 3)  # up to 10^15, where t^k overflows at the series' k
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an overflow there made NaN laws (inf · a zero moment)
-        law = race._head_count_law(values, counts, times, num_drafts)
+        law = head_law(values, counts, times, num_drafts)
     assert np.all(np.isfinite(law))
     small = times * values.max() <= np.log(2.0)
     expected = _count_law_by_power_sums(values, counts, times[small], num_drafts)
@@ -204,6 +204,13 @@ def test_the_head_law_through_moments_equals_the_law_of_its_tokens(num_drafts):
     assert np.all(np.abs(law - _count_law_by_products(values, counts, times, num_drafts)) <= 1e-12)
     tiny = times[small, None] * values[None, :] <= race.RACE_TINY
     assert np.count_nonzero(tiny.any(axis=1) & ~tiny.all(axis=1)) >= 3  # nodes that took both paths
+
+
+def head_law(values, counts, times, num_drafts):
+    """The head's arrival-count law with every token added at once.  # -> [nodes, n]"""
+    head = race._HeadLaw(np.asarray(times, dtype=np.float64), num_drafts)
+    head.add(values, counts)
+    return head.law(head.times.size)
 
 
 def test_the_power_series_is_the_power_of_expm1_to_rounding():
@@ -229,7 +236,7 @@ def test_the_head_law_built_piece_by_piece_equals_the_law_from_scratch(seed, num
     values[rng.random(size) < 0.3] = values[0]  # ties
     counts = rng.integers(1, 4, size).astype(np.float64)
     times = race._race_times(num_drafts, num_nodes)
-    whole = race._head_count_law(values, counts, times, num_drafts)
+    whole = head_law(values, counts, times, num_drafts)
     head = race._HeadLaw(times, num_drafts)
     for piece in np.array_split(np.arange(size), np.sort(rng.integers(0, size, pieces - 1))):
         head.add(values[piece], counts[piece])

@@ -380,15 +380,6 @@ def _race_horizon(nth_largest, last_rate, n) -> float:
     return max(log(n / RACE_TRUNCATION) / max(last_rate, nth_largest), float(gammainccinv(n, RACE_TRUNCATION)))
 
 
-def _head_count_law(values, counts, times, n) -> np.ndarray:
-    """P(c head tokens arrived by t), c = 0..n−1, at ``times`` (increasing) for the head of
-    draft values ``values`` > 0 with ``counts``, from scratch (``_HeadLaw``).
-    # [distinct] x2, [nodes] -> [nodes, n]"""
-    head = _HeadLaw(np.asarray(times, dtype=np.float64), n)
-    head.add(values, counts)
-    return head.law(head.times.size)
-
-
 def _power_series(n) -> np.ndarray:
     """c_jk with (e^u − 1)^j = Σ_k c_jk u^k for j = 1..n−1, k = 0..K, K such that for
     u ≤ ``RACE_TINY`` the terms beyond K sum to less than 1e-17 of the whole: the
