@@ -1,6 +1,7 @@
 """The acceptance report sets our table beside Hu et al.'s published figures: our means
-± 2 s.e. and gaps to α* next to theirs, and the orderings compared only where our 2-s.e.
-intervals separate. The studies here are faked: position records written directly."""
+± 2 s.e. and gaps to α* next to theirs, and the orderings compared only where the paired
+difference of the two methods lies beyond its 2 s.e. The studies here are faked: position
+records written directly."""
 
 from pathlib import Path
 
@@ -8,8 +9,8 @@ import pytest
 
 from specbound.studies.acceptance import HU2025_DATASETS
 from specbound.studies.acceptance_methods import acceptance_methods
-from specbound.studies.acceptance_report import (acceptance_report, beside_published_table, ordering_verdicts,
-                                                 published_gap)
+from specbound.studies.acceptance_report import (acceptance_report, acceptance_summary, beside_published_table,
+                                                 difference_summary, ordering_verdicts, published_gap)
 from specbound.studies.document import to_markdown
 from specbound.studies.published import NOT_COMPARABLE, PUBLISHED
 from specbound.studies.records import StudyResults
@@ -41,6 +42,16 @@ def overlapping() -> StudyResults:
         {"optimal_without_replacement": 0.9, "rrs_without_replacement": 0.8, "greedy": 0.75, "optimal_greedy": 0.75},
         {"optimal_without_replacement": 0.9, "rrs_without_replacement": 0.7, "greedy": 0.72, "optimal_greedy": 0.72},
     ])
+
+
+def shared_spread() -> StudyResults:
+    """Prompts far apart (shifts ±0.1 shared by every method), greedy a steady ~0.01 above
+    RRS without replacement on each: the two means' 2-s.e. intervals overlap, their paired
+    difference is far from 0."""
+    return fake_study("instructions", [
+        {"optimal_without_replacement": 0.9 + shift, "rrs_without_replacement": 0.8 + shift,
+         "greedy": 0.81 + shift + wobble, "optimal_greedy": 0.81 + shift + wobble}
+        for shift, wobble in ((0.0, 0.001), (0.1, -0.001), (-0.1, 0.0), (0.05, 0.002))])
 
 
 def test_every_published_figure_names_a_study_method_and_a_dataset_of_hu2025():
@@ -131,3 +142,27 @@ def test_the_cost_at_the_papers_scale_comes_from_the_reports_own_unit_times():
     assert projection["paper_hours"] == pytest.approx(4096 * 30.0 / 3600)
     text = to_markdown(scale_blocks([results]))
     assert "30.0 s each" in text and "34.1 h on this machine" in text and "2.1 h on 16" in text
+
+
+def test_the_paired_difference_is_the_mean_of_the_per_prompt_differences_with_their_error():
+    """Every prompt has 4 positions, so the per-token difference is the mean of the per-prompt
+    differences 0.011, 0.009, 0.010, 0.012, and its error the standard error of those four."""
+    (key, (mean, error, positions)), = difference_summary(shared_spread(), "greedy", "rrs_without_replacement").items()
+    differences = [0.011, 0.009, 0.010, 0.012]
+    centre = sum(differences) / 4
+    assert key == (0.7, 3) and positions == 16 and mean == pytest.approx(centre, abs=1e-12)
+    assert error == pytest.approx((sum((d - centre) ** 2 for d in differences) / 3) ** 0.5 / 2, rel=1e-9)
+
+
+def test_an_ordering_hidden_by_the_prompts_spread_is_resolved_by_the_paired_difference():
+    """Both means' 2-s.e. intervals overlap (the prompts differ by ±0.1), yet greedy is above
+    RRS without replacement on every prompt: the paired verdict resolves it, the interval
+    overlap this report used before could not."""
+    results = shared_spread()
+    summary = acceptance_summary(results)
+    (greedy, greedy_error, _), (rrs, rrs_error, _) = (summary[(0.7, 3, m)] for m in ("greedy", "rrs_without_replacement"))
+    assert greedy - 2 * greedy_error < rrs + 2 * rrs_error  # the intervals overlap
+    line = next(line for line in ordering_verdicts(results, PUBLISHED["instructions"])
+                if line.startswith("greedy vs RRS without replacement"))
+    assert "ours greedy verifier higher" in line and "difference +0.0105 ± 0.0013" in line
+    assert line.endswith("the orderings agree.")

@@ -38,26 +38,39 @@ def acceptance_summary(results: StudyResults) -> dict[tuple, tuple[float, float,
     return summary
 
 
+def difference_summary(results: StudyResults, first: str, second: str,
+                       available: dict | None = None) -> dict[tuple, tuple[float, float, int]]:
+    """(temperature, num_drafts) -> per-token mean of first_t − second_t over the positions
+    where both are computed, its standard error over prompts and the positions. Paired: both
+    values come from the same rows, so the prompt-to-prompt spread they share cancels and the
+    error is the difference's own, usually far smaller than either mean's. Cells
+    ``acceptance_summary`` (or ``available``, its value) leaves out for either method are left
+    out."""
+    available = acceptance_summary(results) if available is None else available
+    means = grouped_per_token_means(
+        [record for record in results.positions if {first, second} <= record["acceptance"].keys()],
+        group=lambda record: (record["temperature"], record["num_drafts"]),
+        value=lambda record: record["acceptance"][first] - record["acceptance"][second],
+    )
+    return {key: value for key, value in means.items() if {key + (first,), key + (second,)} <= available.keys()}
+
+
 def gap_summary(results: StudyResults) -> dict[tuple, tuple[float, float, int]]:
     """(temperature, num_drafts, verifier) -> per-token mean of α*_t − α_t (the verifier's
     gap to its scheme's optimum at the same position), its standard error over prompts
-    (paired: both from the same rows), and the positions; cells ``acceptance_summary``
-    leaves out are left out."""
+    (paired, ``difference_summary``) and the positions."""
     available = acceptance_summary(results)
+    differences = {}  # (α*, verifier) -> its difference_summary, over every n at once
     summary = {}
     for method in results.settings["methods"]:
         for num_drafts in results.settings["num_drafts"]:
             bound = bound_of(method, num_drafts)
             if bound not in results.settings["methods"]:
                 continue
-            means = grouped_per_token_means(
-                [record for record in results.positions
-                 if record["num_drafts"] == num_drafts and {method, bound} <= record["acceptance"].keys()],
-                group=lambda record: (record["temperature"], record["num_drafts"]),
-                value=lambda record, method=method, bound=bound: record["acceptance"][bound] - record["acceptance"][method],
-            )
-            for (temperature, count), value in means.items():
-                if {(temperature, count, method), (temperature, count, bound)} <= available.keys():
+            if (bound, method) not in differences:
+                differences[(bound, method)] = difference_summary(results, bound, method, available)
+            for (temperature, count), value in differences[(bound, method)].items():
+                if count == num_drafts:
                     summary[(temperature, count, method)] = value
     return summary
 
@@ -250,10 +263,13 @@ def _tail_blocks(studies: list[StudyResults]) -> list:
 
 def _findings(results: StudyResults, summary: dict) -> list:
     """The papers' qualitative findings (``PAPER_COMPARISONS``) and every gap to α*,
-    checked on these numbers; no verdict from a missing value, a NaN or a tie."""
+    checked on these numbers: each comparison's paired difference ± 2 s.e., and a verdict
+    only where it lies beyond them (``paired_higher``)."""
     lines = []
     settings = results.settings
     gaps_to_optimum = gap_summary(results)
+    differences = {(first, second): difference_summary(results, first, second, summary)
+                   for _, first, second in PAPER_COMPARISONS}
     for temperature in settings["temperatures"]:
         for count in settings["num_drafts"]:
             def value(method):
@@ -263,10 +279,11 @@ def _findings(results: StudyResults, summary: dict) -> list:
             facts = []
             for what, first, second in PAPER_COMPARISONS:
                 a, b = value(first), value(second)
-                if a is not None and b is not None:
-                    winner = _higher(first, second, a, b)
-                    verdict = f"{method_label(winner)} wins" if winner else "tie"
-                    facts.append(f"{what}: {a:.4f} vs {b:.4f} ({verdict})")
+                difference = differences[(first, second)].get((temperature, count))
+                if a is not None and b is not None and difference is not None:
+                    winner = paired_higher(first, second, difference)
+                    verdict = f"{method_label(winner)} higher" if winner else "not resolved"
+                    facts.append(f"{what}: {a:.4f} vs {b:.4f}, difference {_signed(difference)} ({verdict})")
             gaps = [f"{m} {estimate(gaps_to_optimum[(temperature, count, m)])}" for m in settings["methods"]
                     if (temperature, count, m) in gaps_to_optimum]
             if gaps:
@@ -275,7 +292,8 @@ def _findings(results: StudyResults, summary: dict) -> list:
                 lines.append(f"T = {temperature:g}, n = {count}: " + "; ".join(facts) + ".")
     if not lines:
         return []
-    return [Paragraph("Findings of the papers, checked here (per-token means):"), Bullets(lines)]
+    return [Paragraph("Findings of the papers, checked here (per-token means; each difference paired over the "
+                                "same positions, ± 2 standard errors over prompts):"), Bullets(lines)]
 
 
 def _higher(first: str, second: str, a: float, b: float) -> str | None:
@@ -289,16 +307,24 @@ def _two_errors(value):
     return None if value is None else (value[0], 2 * value[1])
 
 
-def _separated_higher(first: str, second: str, a, b) -> str | None:
-    """The method whose 2-s.e. interval lies wholly above the other's; None where the
-    intervals overlap, a value is missing, or has no error estimate (one prompt)."""
-    if a is None or b is None:
+def paired_higher(first: str, second: str, difference) -> str | None:
+    """The method a paired difference first − second (``difference_summary``'s (mean, se,
+    positions)) puts higher, where its mean lies more than two standard errors from 0; None
+    where it does not, where it is missing, or has no error estimate (one prompt)."""
+    if difference is None or math.isnan(difference[1]):
         return None
-    if a[0] - 2 * a[1] > b[0] + 2 * b[1]:
+    mean, error = difference[0], difference[1]
+    if mean > 2 * error:
         return first
-    if b[0] - 2 * b[1] > a[0] + 2 * a[1]:
+    if mean < -2 * error:
         return second
     return None
+
+
+def _signed(value) -> str:
+    """(mean, se, ...) -> "+mean ± 2 se": a paired difference and its two standard errors."""
+    mean, error = round(value[0], 4) + 0.0, value[1]
+    return f"{mean:+.4f}" if math.isnan(error) else f"{mean:+.4f} ± {2 * error:.4f}"
 
 
 def published_gap(published: PublishedTable, method: str, num_drafts: int) -> float | None:
@@ -330,8 +356,9 @@ def beside_published_table(results: StudyResults, published: PublishedTable | No
 
 def ordering_verdicts(results: StudyResults, published: PublishedTable) -> list[str]:
     """For each of ``PAPER_COMPARISONS`` that [HU]'s figures order: their ordering, ours at
-    the headline (T, n), and whether they agree; ours is judged only where the two 2-s.e.
-    intervals do not overlap ("not resolved at this sample size" otherwise)."""
+    the headline (T, n), and whether they agree; ours is judged by the paired per-token
+    difference of the two methods (``difference_summary``), only where it lies more than two
+    standard errors from 0 ("not resolved at this sample size" otherwise)."""
     summary = acceptance_summary(results)
     temperature, count = headline_setting(results)
     lines = []
@@ -347,8 +374,10 @@ def ordering_verdicts(results: StudyResults, published: PublishedTable) -> list[
         if ours_first is None or ours_second is None:
             lines.append(line + "; ours not measured.")
             continue
-        ours = _separated_higher(first, second, ours_first, ours_second)
-        values = f"{estimate(_two_errors(ours_first))} vs {estimate(_two_errors(ours_second))}"
+        difference = difference_summary(results, first, second, summary).get((temperature, count))
+        ours = paired_higher(first, second, difference)
+        values = (f"{ours_first[0]:.4f} vs {ours_second[0]:.4f}, difference {_signed(difference)} "
+                  "(± 2 s.e., paired over prompts)")
         if ours is None:
             lines.append(line + f"; ours {values}: not resolved at this sample size.")
         else:
@@ -385,7 +414,8 @@ def _published_section(studies: list[StudyResults]) -> list:
             "their gaps to α*, not the values. Their figures are quoted in SPEC.md §4.2 and §5 without their "
             "setting and without standard errors (the paper's defaults: 1024 prompts per task, 128 tokens, "
             "T = 0.7, n = 3); ours are at each dataset's headline setting, ± two standard errors over prompts. "
-            "Our ordering of two methods is judged only where their 2-s.e. intervals do not overlap."
+            "Our ordering of two methods is judged by their paired per-token difference (both from the same "
+            "rows, its standard error over prompts), only where it lies more than two standard errors from 0."
         ),
         *[block for results in studies for block in published_blocks(results)],
     ]
