@@ -166,3 +166,28 @@ def test_an_ordering_hidden_by_the_prompts_spread_is_resolved_by_the_paired_diff
                 if line.startswith("greedy vs RRS without replacement"))
     assert "ours greedy verifier higher" in line and "difference +0.0105 ± 0.0013" in line
     assert line.endswith("the orderings agree.")
+
+
+def test_the_per_prompt_file_gives_back_every_per_token_mean(tmp_path):
+    """Prompts of 4, 2 and 3 positions with values that vary by position: the file's
+    per-prompt means, weighted by their positions, give acceptance_summary's per-token mean
+    to rounding, and every prompt has its own line."""
+    import csv
+
+    from specbound.studies.acceptance_report import write_prompt_means
+
+    records = [{"prompt_id": f"instructions/{prompt}", "temperature": 0.7, "num_drafts": 3, "tail_bound": 1e-7 * position,
+                "acceptance": {"greedy": 0.5 + 0.1 * prompt + 0.01 * position, "rrs_without_replacement": 0.4 + 0.001 * position}}
+               for prompt, length in enumerate((4, 2, 3)) for position in range(length)]
+    settings = {"dataset": "instructions", "methods": ["greedy", "rrs_without_replacement"], "temperatures": [0.7],
+                "num_drafts": [3]}
+    results = StudyResults(Path("unused"), settings, records, [], {})
+    path = write_prompt_means(results, tmp_path / "prompts.csv")
+    lines = list(csv.DictReader(path.open()))
+    assert [line["prompt_id"] for line in lines] == ["instructions/0", "instructions/1", "instructions/2"]
+    assert [int(line["positions"]) for line in lines] == [4, 2, 3]
+    assert float(lines[0]["max_tail_bound"]) == pytest.approx(3e-7)
+    summary = acceptance_summary(results)
+    for method in settings["methods"]:
+        pooled = sum(float(line[method]) * int(line["positions"]) for line in lines) / 9
+        assert pooled == pytest.approx(summary[(0.7, 3, method)][0], abs=1e-15)

@@ -6,7 +6,9 @@ beside [HU]'s published one (``published``): the orderings and the gaps to α*, 
 
 from __future__ import annotations
 
+import csv
 import math
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +181,12 @@ def acceptance_report(studies: list[StudyResults], figure_dir: Path) -> list:
             blocks.append(Paragraph(f"{dataset}: not computed (no exact algorithm at this size), shown as —: "
                                     + "; ".join(f"{key} ({reason})" for key, reason in missing.items())))
         blocks += [Heading(3, f"{dataset}: gaps to the optimum"), Table(*gap_table(results))]
+        data = write_prompt_means(results, figure_dir.parent / f"acceptance_{slug(dataset)}_prompts.csv")
+        blocks.append(Paragraph(
+            f"{dataset}, per prompt: `{data.name}` (one line per prompt, temperature and n: its positions and each "
+            "method's mean over them, and the largest tail bound B). Every per-token mean, standard error and "
+            "paired difference of this report is recomputable from it, and runs of other sessions can be pooled "
+            "with it (the position records themselves are not kept)."))
         blocks += _findings(results, summary)
         settings = results.settings
         for by, values, label in (("temperature", settings["temperatures"], "temperature"),
@@ -203,6 +211,35 @@ def acceptance_report(studies: list[StudyResults], figure_dir: Path) -> list:
             blocks.append(Image(f"{path.parent.name}/{path.name}",
                                 f"{dataset}: acceptance per token vs {label}, {fixed}; dashed: optima α*"))
     return blocks
+
+
+def prompt_means(results: StudyResults) -> tuple[list[str], list[list]]:
+    """One row per (prompt, temperature, n) in record order: its positions, each method's
+    mean over them (empty where not computed at every one of them) and the largest tail
+    bound B among them (empty without a tail cut). The per-token mean of a method is
+    Σ mean·positions / Σ positions over the rows of a (temperature, n)."""
+    methods = results.settings["methods"]
+    groups = defaultdict(list)
+    for record in results.positions:
+        groups[(record["prompt_id"], record["temperature"], record["num_drafts"])].append(record)
+    rows = []
+    for (prompt, temperature, count), records in groups.items():
+        means = [repr(float(np.mean([r["acceptance"][m] for r in records])))
+                 if all(m in r["acceptance"] for r in records) else "" for m in methods]
+        bounds = [r["tail_bound"] for r in records if "tail_bound" in r]
+        rows.append([prompt, repr(temperature), count, len(records), *means, repr(max(bounds)) if bounds else ""])
+    return ["prompt_id", "temperature", "num_drafts", "positions", *methods, "max_tail_bound"], rows
+
+
+def write_prompt_means(results: StudyResults, path: Path) -> Path:
+    """``prompt_means`` as a CSV file at ``path``; returns ``path``."""
+    headers, rows = prompt_means(results)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(headers)
+        writer.writerows(rows)
+    return path
 
 
 PAPER_UNITS = 1024 * 4  # Hu et al.'s table: 1024 prompts on each of four tasks, one temperature
