@@ -1,6 +1,6 @@
 """A checked batch of (target, draft) row pairs and what the closed forms compute from it,
-each at most once: the support of the draft, the scan order by p/q with the draft and the
-target's running sums in it, the draft's most probable tokens. Every α* and verifier that
+each at most once: the support of the draft, the scan order by p/q with the target and the
+draft in it and their running sums, the draft's most probable tokens. Every α* and verifier that
 reads one of these takes it from here, so a study scoring many methods at one row checks,
 sorts and searches the row once (``DraftScheme.optimum_of``, ``Verifier.acceptance_rate_of``).
 
@@ -54,9 +54,19 @@ class RowPairs:
         return in_order(self.draft, self.scan_order)
 
     @cached_property
+    def target_in_scan_order(self) -> np.ndarray:
+        """p permuted into the scan order.  # [batch, vocab]"""
+        return in_order(self.target, self.scan_order)
+
+    @cached_property
     def target_inside(self) -> np.ndarray:
         """p(H_k) on every prefix H_k of the scan order, k = 0..V.  # [batch, vocab + 1]"""
-        return prefix_sums(in_order(self.target, self.scan_order))
+        return prefix_sums(self.target_in_scan_order)
+
+    @cached_property
+    def draft_inside(self) -> np.ndarray:
+        """q(H_k) on every prefix H_k of the scan order, k = 0..V.  # [batch, vocab + 1]"""
+        return prefix_sums(self.draft_in_scan_order)
 
     def top(self, count: int) -> np.ndarray:
         """The ``count`` most probable draft tokens (``probability.top_tokens``).  # [batch, count]"""
