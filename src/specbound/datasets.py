@@ -17,7 +17,9 @@ licence; and ``mmlu``, the 1000-question MMLU sample of OpenAI's ``evals`` (its
 ``sandbagging/samples-all-large.jsonl``; MIT, as its LICENSE.md states for that data), each
 a question with its four choices, ending in "Answer:". No package on the registry here
 ships Alpaca, CNN/DailyMail or WMT'14 under a licence we can use: the authored sets stay
-for those kinds of task.
+for those kinds of task. Nor GSM8K's test questions, as far as checked (2026-12-02): the
+``evals`` wheel's registry has none, and no distribution named ``gsm8k``, ``gsm8k-data`` or
+``grade-school-math`` exists there.
 
 A user file is JSONL (``.jsonl`` or ``.jsonl.gz``) with a string ``prompt`` field on every
 line (and optionally ``id`` or ``task_id``), or plain text with one prompt per line.
