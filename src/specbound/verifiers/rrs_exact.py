@@ -24,18 +24,20 @@ and bracketed by monotone and interval bounds where it holds a range, costing
 O(V log V + B1·B2) for B1 × B2 bins: one exact pass where both sides have at most
 ``FIRST_BIN_COUNT`` distinct values (a bf16 model's softmax: a few thousand), else a
 certified bracket refined until it is within a tolerance (llama.cpp's float32 rows: ~10^5
-distinct values, closed at 256–1,024 bins a side). n ≥ 4 uses the plain recursion, for
-small vocabularies.
+distinct values, closed by 256 bins a side and, where that is not enough, a few hundred
+finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
 
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
 ``recursion_seconds`` estimate a call): a row's sorts cost about 1e-6·V s, a bracket pass
 over B1 × B2 bins and V tokens about 9e-8·B1·B2 + 8e-8·B1·V/256 s, holding
 128·min(B1, 256)·B2 bytes. A row of more values than ``FIRST_BIN_COUNT`` starts at
-``COARSE_BIN_COUNT`` bins a side and refines (``_refined``): x1 bins double every pass, x2
-bins every second pass from the first. Refinement stops where the
-next pass would take the n = 3 computation past ``BRACKET_SECONDS_LIMIT`` or a pass past
-``BRACKET_BYTES_LIMIT``; the acceptance is then the midpoint of the certified bracket
-reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (about
+``COARSE_BIN_COUNT`` bins a side and refines only the x1 bins that carry the bracket's
+width (``_Bins``, ``_widest``): each is cut at the x1 bins of twice its count and bracketed
+again over x2 bins of its own, doubled at its first, third, … refinement and wherever it
+was not cut.
+Refinement stops where the next pass would take the n = 3 computation past
+``BRACKET_SECONDS_LIMIT`` or a pass past ``BRACKET_BYTES_LIMIT``; the acceptance is then
+the midpoint of the certified bracket reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (about
 1e-4·(V + 1) s per level call), with no bracket to fall back on, is refused
 (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
 """
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,6 +66,8 @@ SECONDS_PER_ROW_TOKEN = 1e-6  # a row's sorts and curve, before any pass
 FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 GROUP_CHUNK = 256
+REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
+REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
 
 
 def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
@@ -78,15 +82,18 @@ def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
     contributes t·q(y) at every finite t and p(y) at t = ∞.  # target_row, draft_row [vocab]
     """
     both = (draft_row > 0) & (target_row > 0)
+    target, draft = target_row[both], draft_row[both]
     with np.errstate(over="ignore"):
-        ratio = target_row[both] / draft_row[both]
+        ratio = target / draft
     steep = np.isinf(ratio)
-    steep_target, steep_draft = target_row[both][steep].sum(), draft_row[both][steep].sum()
-    order = np.argsort(ratio[~steep])
-    ratio = ratio[~steep][order]
-    target_upto = np.cumsum(target_row[both][~steep][order])
+    steep_target, steep_draft = target[steep].sum(), draft[steep].sum()
+    if steep.any():
+        ratio, target, draft = ratio[~steep], target[~steep], draft[~steep]
+    order = np.argsort(ratio)
+    ratio = ratio[order]
+    target_upto = np.cumsum(target[order])
     draft_beyond = np.zeros_like(ratio)
-    draft_beyond[:-1] = np.cumsum(draft_row[both][~steep][order][::-1])[-2::-1]
+    draft_beyond[:-1] = np.cumsum(draft[order][::-1])[-2::-1]
     breakpoints = np.concatenate([[0.0], ratio])
     values = np.concatenate([[0.0], target_upto + ratio * (draft_beyond + steep_draft)])
 
@@ -234,44 +241,142 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     are grouped by draft value: ``_bracket`` bounds the sum over bins of x1 values × bins of
     x2 values, exactly where each bin holds one value. A row of at most
     ``FIRST_BIN_COUNT`` distinct values on both sides (a bf16 model's softmax) gets one
-    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side and refines them
-    (``_refined``) until the bracket is within ``tolerance`` or the work limit is reached.
+    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side, then brackets
+    again only its widest x1 bins, finer and over more x2 bins (``_Bins.refined``,
+    ``_widest``), until the bracket is within ``tolerance`` or the work limit is reached.
+
+    Why every bracket is certified: α = 1 − TV + Σ_β share(β) over the x1 bins β, and
+    ``_bracket`` bounds each share from its own pairs of bins alone (weights between their
+    values at the bin's ends of s, A3 between interval bounds), whatever bins the other x1
+    values are in and whatever x2 bins they are paired with. A refinement replaces the
+    bounds of the bins it cuts by the bounds of their parts and keeps every other bin's, so
+    the bins always hold every x1 value once and the sums of their lower and upper bounds
+    bound α.
     """
     levels = _ThreeLevels.of(np.asarray(target_row, dtype=np.float64), np.asarray(draft_row, dtype=np.float64))
     if levels is None:  # p ≤ q everywhere: the first draft is always accepted
         return 1.0, 1.0
     most = (len(levels.first_values), len(levels.distinct))  # a bin per value: exact
-    bins = most if max(most) <= FIRST_BIN_COUNT else (min(COARSE_BIN_COUNT, most[0]), min(COARSE_BIN_COUNT, most[1]))
+    counts = most if max(most) <= FIRST_BIN_COUNT else (min(COARSE_BIN_COUNT, most[0]), min(COARSE_BIN_COUNT, most[1]))
     spent = levels.setup_seconds
-    while not levels.affordable(bins, spent):
-        if bins == (1, 1):
+    while not levels.affordable([counts], spent):
+        if counts == (1, 1):
             raise WorkLimitError(
                 f"num_drafts: RRS-without-replacement acceptance for n = 3 needs about "
-                f"{levels.seconds((1, 1)) + spent:,.3g} s even for its coarsest bracket (V = {len(draft_row):,}), "
+                f"{levels.seconds([(1, 1)]) + spent:,.3g} s even for its coarsest bracket (V = {len(draft_row):,}), "
                 f"above the limit of {BRACKET_SECONDS_LIMIT:g} s")
-        bins = (max(1, min(bins[0], COARSE_BIN_COUNT) // 2), max(1, min(bins[1], COARSE_BIN_COUNT) // 2))
-    refinement = 0
+        counts = (max(1, min(counts[0], COARSE_BIN_COUNT) // 2), max(1, min(counts[1], COARSE_BIN_COUNT) // 2))
+    bins = _Bins.even(levels, counts).evaluated(levels)
+    spent += levels.seconds(bins.passes)
     while True:
-        low, high = _bracket(levels, levels.first_bins(bins[0]), levels.second_bins(bins[1]))
-        spent += levels.seconds(bins)
-        if high - low <= 2 * tolerance or bins == most:
-            return low, high
-        refinement += 1
-        finer = _refined(bins, most, refinement)  # more bins on one side at least: reaches `most`
-        if not levels.affordable(finer, spent):  # refining is beyond the work limit: the certified bracket reached
-            return low, high
-        bins = finer
+        bracket = levels.bracket(bins.low, bins.high)
+        if bracket[1] - bracket[0] <= 2 * tolerance:
+            return bracket
+        chosen = _widest(bins.high - bins.low, bins.refinable(most), REFINEMENT_AIM * 2 * tolerance)
+        if not chosen.any():  # a bin per value on both sides: exact up to rounding
+            return bracket
+        finer = bins.select(chosen).refined(levels, most)
+        if not levels.affordable(finer.passes, spent):  # beyond the work limit: the certified bracket reached
+            return bracket
+        spent += levels.seconds(finer.passes)
+        bins = bins.select(~chosen).joined(finer.evaluated(levels))
 
 
-def _refined(bins, most, refinement: int):
-    """The bins of the pass after ``bins`` at its ``refinement``-th refinement (1, 2, …): x1
-    bins double every time, x2 bins at odd refinements and wherever x1 already has a bin per
-    value, each at most ``most``. x1 first since on llama.cpp's float32 rows doubling the x1
-    bins narrows the bracket more and costs less than doubling the x2 bins
-    (``benchmarks/results/study_exact_unit.md``, round 5)."""
-    first = min(2 * bins[0], most[0])
-    second = min(2 * bins[1], most[1]) if refinement % 2 or first == bins[0] else bins[1]
-    return first, second
+def _widest(widths, refinable, allowed) -> np.ndarray:
+    """The bins to refine: the widest refinable ones, as few as are expected to bring the
+    total width within ``allowed`` (the others' width plus ``REFINED_WIDTH_SHARE`` of
+    theirs; every refinable bin of positive width where that is not enough).
+    # widths, refinable [bins] -> [bins] bool"""
+    candidates = np.where(refinable, widths, 0.0)
+    order = np.argsort(candidates)[::-1]
+    refined = np.cumsum(candidates[order])  # the width of order[: i + 1]
+    enough = np.flatnonzero(widths.sum() - (1 - REFINED_WIDTH_SHARE) * refined <= allowed)
+    count = enough[0] + 1 if len(enough) else len(order)
+    chosen = np.zeros(len(widths), dtype=bool)
+    chosen[order[:count]] = True
+    return chosen & (candidates > 0)
+
+
+@dataclass(frozen=True)
+class _Bins:
+    """x1 bins, each with the x2 bins it is bracketed over: bin i holds the x1 values
+    ``starts[i]:ends[i]`` of ``_ThreeLevels.first_values`` (ascending, together all of
+    them), was cut from ``first_count[i]`` bins (``_ThreeLevels.first_bins``) after
+    ``refinements[i]`` refinements, and its pairs run over ``second_count[i]`` x2 bins
+    (``_ThreeLevels.second_bins``). α − (1 − TV) is the sum of the x1 bins' shares, and each
+    share's bounds ``low``, ``high`` (once ``evaluated``) are certified whatever the other
+    bins are (``_bracket``), so a bin can be refined alone, with x2 bins of its own.
+    # every field [bins]"""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    first_count: np.ndarray
+    second_count: np.ndarray
+    refinements: np.ndarray
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+
+    @classmethod
+    def even(cls, levels, counts) -> _Bins:
+        """``counts[0]`` x1 bins, each over ``counts[1]`` x2 bins."""
+        starts = levels.first_bins(counts[0])
+        ends = np.append(starts[1:], len(levels.first_values))
+        return cls(starts, ends, np.full(len(starts), counts[0]), np.full(len(starts), counts[1]),
+                   np.zeros(len(starts), dtype=np.int64))
+
+    @property
+    def passes(self) -> list:
+        """(x1 bins, x2 bins) of each ``_bracket`` call of ``evaluated``."""
+        counts, sizes = np.unique(self.second_count, return_counts=True)
+        return [(int(size), int(count)) for count, size in zip(counts, sizes)]
+
+    def evaluated(self, levels) -> _Bins:
+        """These bins with their shares' bounds, one ``_bracket`` call per x2 bin count."""
+        low, high = np.empty(len(self.starts)), np.empty(len(self.starts))
+        for count in np.unique(self.second_count):
+            mine = self.second_count == count
+            low[mine], high[mine] = _bracket(levels, self.starts[mine], self.ends[mine], levels.second_bins(count))
+        return _Bins(*self._fields()[:5], low, high)
+
+    def refinable(self, most) -> np.ndarray:
+        """Bins that are not exact already: more than one x1 value, or fewer x2 bins than values."""
+        return (self.ends - self.starts > 1) | (self.second_count < most[1])
+
+    def select(self, rows) -> _Bins:
+        return _Bins(*(None if column is None else column[rows] for column in self._fields()))
+
+    def joined(self, other) -> _Bins:
+        """These evaluated bins and ``other``'s, by x1 value."""
+        order = np.argsort(np.concatenate([self.starts, other.starts]))
+        return _Bins(*(np.concatenate([mine, theirs])[order] for mine, theirs in zip(self._fields(), other._fields())))
+
+    def refined(self, levels, most) -> _Bins:
+        """Every bin cut at the starts of the x1 bins of twice its ``first_count`` that fall
+        inside it, its x2 bins doubled at its odd refinements (the first, third, …) and
+        wherever it was not cut, each at most ``most``: x1 first since on llama.cpp's float32 rows that narrows the
+        bracket more and costs less than doubling the x2 bins
+        (``benchmarks/results/study_exact_unit.md``, round 5)."""
+        first_count = np.minimum(2 * self.first_count, most[0])
+        owners, starts = [np.arange(len(self.starts))], [self.starts]
+        for count in np.unique(first_count):
+            cuts = levels.first_bins(count)
+            owner = np.maximum(np.searchsorted(self.starts, cuts, side="right") - 1, 0)
+            inside = (first_count[owner] == count) & (cuts > self.starts[owner]) & (cuts < self.ends[owner])
+            owners.append(owner[inside])
+            starts.append(cuts[inside])
+        owner, starts = np.concatenate(owners), np.concatenate(starts)
+        order = np.argsort(starts)
+        owner, starts = owner[order], starts[order]
+        same = np.append(owner[1:] == owner[:-1], False)  # the next start cuts the same bin
+        ends = np.where(same, np.append(starts[1:], 0), self.ends[owner])
+        cut = np.bincount(owner, minlength=len(self.starts)) > 1
+        refinements = self.refinements + 1
+        second_count = np.where((refinements % 2 == 1) | ~cut, np.minimum(2 * self.second_count, most[1]),
+                                self.second_count)
+        return _Bins(starts, ends, first_count[owner], second_count[owner], refinements[owner])
+
+    def _fields(self):
+        return self.starts, self.ends, self.first_count, self.second_count, self.refinements, self.low, self.high
 
 
 def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
@@ -313,7 +418,8 @@ class _ThreeLevels:
     """What every ``_bracket`` pass of one row shares: the first rejection's law over x1
     grouped by draft value (``first_values`` ascending, their weights (q − p)+, s, G(s)),
     the positive draft tokens sorted by value (``values``, r = p²/q and p² in that order;
-    ``distinct`` where each value starts), the curve G and 1 − q sums."""
+    ``distinct`` where each value starts, ``first_index`` where one token of each x1 value
+    is), the curve G and 1 − q sums."""
 
     total_variation: float
     curve: object
@@ -326,7 +432,9 @@ class _ThreeLevels:
     ratio: np.ndarray
     residual_mass: np.ndarray
     distinct: np.ndarray
+    first_index: np.ndarray
     setup_seconds: float
+    _bins: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, target_row, draft_row):
@@ -336,46 +444,62 @@ class _ThreeLevels:
             return None
         residual = np.maximum(target_row - draft_row, 0.0) / total_variation
         curve = min_sum_curve(residual, draft_row)
-        rejectable = first_rejection > 0
-        first_values, first_weights = _sum_by_value(draft_row[rejectable], first_rejection[rejectable])
+        positive = np.flatnonzero(draft_row > 0)  # every rejectable token among them: q > p ≥ 0
+        positive = positive[np.argsort(draft_row[positive])]
+        values = draft_row[positive]
+        rejectable = np.flatnonzero(first_rejection[positive] > 0)  # where in `values`
+        first_starts = np.flatnonzero(np.concatenate([[True], np.diff(values[rejectable]) != 0]))
+        first_values = values[rejectable[first_starts]]
+        first_weights = np.add.reduceat(first_rejection[positive[rejectable]], first_starts)
         one_minus = _complement(draft_row)
         scale = 1.0 / one_minus(first_values)
-        positive = np.flatnonzero(draft_row > 0)
-        positive = positive[np.argsort(draft_row[positive], kind="stable")]
-        values = draft_row[positive]
         with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
             ratio = residual[positive] / values
         distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
         return cls(float(total_variation), curve, one_minus, first_values, first_weights, scale, curve(scale),
-                   values, ratio, residual[positive], distinct, SECONDS_PER_ROW_TOKEN * len(draft_row))
+                   values, ratio, residual[positive], distinct, rejectable[first_starts],
+                   SECONDS_PER_ROW_TOKEN * len(draft_row))
 
     def first_bins(self, bins: int) -> np.ndarray:
         """Start indices (into ``first_values``) of at most ``bins`` bins of x1 values."""
-        return _bin_starts(self.first_values, self.first_weights, bins)
+        if ("first", bins) not in self._bins:
+            self._bins["first", bins] = _bin_starts(self.first_values, self.first_weights, bins)
+        return self._bins["first", bins]
 
     def second_bins(self, bins: int) -> np.ndarray:
         """Start indices (into ``values``) of at most ``bins`` bins of x2 values."""
-        counts = np.diff(np.append(self.distinct, len(self.values)))
-        distinct_values = self.values[self.distinct]
-        return self.distinct[_bin_starts(distinct_values, distinct_values * counts, bins)]
+        if ("second", bins) not in self._bins:
+            counts = np.diff(np.append(self.distinct, len(self.values)))
+            distinct_values = self.values[self.distinct]
+            self._bins["second", bins] = self.distinct[_bin_starts(distinct_values, distinct_values * counts, bins)]
+        return self._bins["second", bins]
 
-    def seconds(self, bins) -> float:
-        return bracket_seconds(bins[0], len(self.values), bins[1])
+    def seconds(self, passes) -> float:
+        """Estimated seconds of ``_bracket`` calls of (x1 bins, x2 bins) ``passes``."""
+        return sum(bracket_seconds(first, len(self.values), second) for first, second in passes)
 
-    def affordable(self, bins, spent: float) -> bool:
-        """Whether a pass of ``bins`` fits what is left of ``BRACKET_SECONDS_LIMIT`` after
-        ``spent`` seconds, and ``BRACKET_BYTES_LIMIT``."""
-        return (spent + self.seconds(bins) <= BRACKET_SECONDS_LIMIT
-                and BYTES_PER_GROUP_BIN * min(bins[0], GROUP_CHUNK) * bins[1] <= BRACKET_BYTES_LIMIT)
+    def affordable(self, passes, spent: float) -> bool:
+        """Whether ``_bracket`` calls of (x1 bins, x2 bins) ``passes`` fit what is left of
+        ``BRACKET_SECONDS_LIMIT`` after ``spent`` seconds, and each ``BRACKET_BYTES_LIMIT``."""
+        return (spent + self.seconds(passes) <= BRACKET_SECONDS_LIMIT
+                and all(BYTES_PER_GROUP_BIN * min(first, GROUP_CHUNK) * second <= BRACKET_BYTES_LIMIT
+                        for first, second in passes))
+
+    def bracket(self, low_shares, high_shares):
+        """Bounds on α from certified shares of α − (1 − TV) of x1 bins that hold every x1
+        value (``_bracket``).  # [bins], [bins] -> (float, float)"""
+        accepted_first = 1.0 - self.total_variation
+        return accepted_first + float(low_shares.sum()), accepted_first + float(high_shares.sum())
 
 
 def _complement(draft_row):
-    """v -> 1 − v and (v, w) -> 1 − v − w for draft values, exact where it matters: for the
-    largest value, when it is above 1/2, 1 − q(top) is the summed mass of the other tokens
-    (``probability.mass_of_the_others``), and for the two largest values 1 − q(top) −
-    q(second) is the summed mass of the rest (0.99999968 and 3.2e-7 beside a token of 1e-17
-    leave 1e-17, which the difference gets wrong by 1e-5 relative). Any other pair of
-    values leaves at least a third of the mass, and the difference is exact to rounding."""
+    """v -> 1 − v and (v [k], w [m]) -> 1 − v − w [k, m] for draft values, exact where it
+    matters: for the largest value, when it is above 1/2, 1 − q(top) is the summed mass of
+    the other tokens (``probability.mass_of_the_others``), and for the two largest values
+    1 − q(top) − q(second) is the summed mass of the rest (0.99999968 and 3.2e-7 beside a
+    token of 1e-17 leave 1e-17, which the difference gets wrong by 1e-5 relative). Any other
+    pair of values leaves at least a third of the mass, and (1 − v) − w, or (1 − w) − v
+    where w is the largest value, is exact to rounding."""
     second, top = np.argpartition(draft_row, -2)[-2:]
     top_value, second_value = draft_row[top], draft_row[second]
     top_complement = mass_of_the_others(draft_row)[0, top] if top_value > 0.5 else None
@@ -384,9 +508,12 @@ def _complement(draft_row):
     def one_minus(values, others=None):
         values = np.asarray(values, dtype=np.float64)
         if others is not None:
-            larger, smaller = np.maximum(values, others), np.minimum(values, others)
-            top_pair = (larger == top_value) & (smaller == second_value)
-            return np.where(top_pair, pair_complement, one_minus(larger) - smaller)
+            table = one_minus(values)[:, None] - others[None, :]
+            largest = others == top_value
+            table[:, largest] = one_minus(others[largest])[None, :] - values[:, None]
+            for mine, theirs in ((top_value, second_value), (second_value, top_value)):
+                table[np.ix_(values == mine, others == theirs)] = pair_complement
+            return table
         if top_complement is None:
             return 1.0 - values
         return np.where(values == top_value, top_complement, 1.0 - values)
@@ -400,44 +527,49 @@ def _mass_without(draft_row, kept, tokens):
     return mass_of_the_others(np.where(kept, draft_row, 0.0))[0, tokens]
 
 
-def _sum_by_value(values, weights):
-    """Distinct ``values`` (sorted) and the sum of ``weights`` over each."""
-    order = np.argsort(values, kind="stable")
-    values, weights = values[order], weights[order]
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
-    return values[starts], np.add.reduceat(weights, starts)
+def _bracket(levels: _ThreeLevels, first_starts, first_ends, second_starts):
+    """Certified (lower, upper) shares of α − (1 − TV) of x1 bins (values
+    ``first_starts[i]:first_ends[i]`` of ``levels.first_values``, ascending, not
+    overlapping) over bins of x2 values (``second_starts``, into ``levels.values``).
 
-
-def _bracket(levels: _ThreeLevels, first_starts, second_starts):
-    """Certified (lower, upper) bounds on α from bins of x1 values (``first_starts``, into
-    ``levels.first_values``) × bins of x2 values (``second_starts``, into ``levels.values``).
-
-    α − A1 = Σ_{x1} W(x1)·A2(x1) + Σ_β Σ_b Σ_{x1 ∈ β} Σ_{x2 ∈ b, x2 ≠ x1} W(x1)·w2(x2|x1)·A3,
-    W = (q − p)+. The A2 sum is exact. The weights of a pair of bins are
-    Σ_{x1 ∈ β} W(x1)·(L_b(x1) − [x1 ∈ b]·q(x1)·s), L_b(x1) = Σ_{x2 ∈ b} q(x2)(s − r(x2))+
-    (x1 itself included: r(x1) = 0); L_b increases with s, so over an x1 bin with s in
-    [s_lo, s_hi] they lie between W_β·L_b(s_lo) − own and W_β·L_b(s_hi) − own (L_b computed
-    exactly, q·r summed as the residual mass itself: r may overflow; own, the x2 = x1 terms,
-    summed exactly), and A3 over a pair of bins between ``_third_acceptance_bounds``. Bins
-    of one value each make both bounds the exact sum. The largest draft value must have a
-    bin of its own on both sides (``_bin_starts``): there s can be 10^7 and more, and its
-    x2 = x1 term cancels exactly only against its own bin. # -> (float, float)"""
-    first_ends = np.concatenate([first_starts[1:], [len(levels.first_values)]])
-    weight = np.add.reduceat(levels.first_weights, first_starts)  # W per x1 bin
+    α − (1 − TV) = Σ_β Σ_{x1 ∈ β} W(x1)·[A2(x1) + Σ_b Σ_{x2 ∈ b, x2 ≠ x1} w2(x2|x1)·A3],
+    W = (q − p)+; the share of an x1 bin β is its term. The A2 sum is exact. The weights of a
+    pair of bins are Σ_{x1 ∈ β} W(x1)·(L_b(x1) − [x1 ∈ b]·q(x1)·s), L_b(x1) = Σ_{x2 ∈ b}
+    q(x2)(s − r(x2))+ (x1 itself included: r(x1) = 0); L_b increases with s, so over an x1
+    bin with s in [s_lo, s_hi] they lie between W_β·L_b(s_lo) − own and W_β·L_b(s_hi) − own
+    (L_b computed exactly, q·r summed as the residual mass itself: r may overflow; own, the
+    x2 = x1 terms, summed exactly), and A3 over a pair of bins between
+    ``_third_acceptance_bounds``. Every pair's bounds hold on their own, so a bin's share
+    is certified whatever bins the other x1 values are in. Bins of one value each make both
+    bounds the exact sum. The largest draft value must have a bin of its own on both sides
+    (``_bin_starts``): there s can be 10^7 and more, and its x2 = x1 term cancels exactly
+    only against its own bin. # -> [bins], [bins]"""
+    sizes = first_ends - first_starts
+    weight = _sums_over(levels.first_weights, first_starts, first_ends)  # W per x1 bin
+    accepted = _sums_over(levels.first_weights * levels.accept_second, first_starts, first_ends)
     scale_low, scale_high = levels.scale[first_starts], levels.scale[first_ends - 1]
     first_low, first_high = levels.first_values[first_starts], levels.first_values[first_ends - 1]
     values = levels.values
     second_ends = np.concatenate([second_starts[1:], [len(values)]])
     second_low, second_high = values[second_starts], values[second_ends - 1]
-    bin_of = np.searchsorted(second_starts, np.arange(len(values)), side="right") - 1  # x2 bin per token
+    num_bins = len(second_starts)
+    bin_of = np.repeat(np.arange(num_bins), second_ends - second_starts)  # x2 bin per token
+    # a token of r = 0 (p² = 0, no residual mass) counts in L_b at every s ≥ 1, one of r ≥ the
+    # largest s at none: only the few between (a few % of a real row's) are placed among each
+    # chunk's scales
+    resting = levels.ratio == 0
+    resting_draft = np.bincount(bin_of[resting], weights=values[resting], minlength=num_bins)
+    moving = np.flatnonzero((levels.ratio > 0) & (levels.ratio < scale_high[-1]))
+    moving_bin, moving_ratio = bin_of[moving], levels.ratio[moving]
+    moving_draft, moving_residual = values[moving], levels.residual_mass[moving]
     # the x2 = x1 terms: each x1 group's weight·(q(x1)·s), by its (x1 bin, x2 bin); the product
     # is formed as in L_b (s times the bin's draft mass), so a bin of x1 alone cancels exactly
-    group_bin = np.repeat(np.arange(len(first_starts)), first_ends - first_starts)
-    own_bin = bin_of[np.searchsorted(values, levels.first_values)]
-    own_weight = levels.first_weights * (levels.scale * levels.first_values)
-    num_bins = len(second_starts)
-    accepted = float(levels.first_weights @ levels.accept_second)
-    low = high = accepted
+    group_start = np.concatenate([[0], np.cumsum(sizes)])  # where each bin's x1 groups start among them all
+    group_bin = np.repeat(np.arange(len(first_starts)), sizes)
+    group = np.arange(group_start[-1]) + np.repeat(first_starts - group_start[:-1], sizes)
+    own_bin = bin_of[levels.first_index[group]]
+    own_weight = (levels.first_weights * (levels.scale * levels.first_values))[group]
+    low, high = accepted.copy(), accepted.copy()
     for start in range(0, len(first_starts), GROUP_CHUNK):
         chunk = slice(start, start + GROUP_CHUNK)
         size = len(scale_low[chunk])
@@ -445,22 +577,30 @@ def _bracket(levels: _ThreeLevels, first_starts, second_starts):
         # counts at s, i.e. where its position among the sorted scales is ≤ the scale's index
         scales = np.empty(2 * size)
         scales[0::2], scales[1::2] = scale_low[chunk], scale_high[chunk]
-        position = np.searchsorted(scales, levels.ratio, side="right")
-        key = bin_of * (2 * size + 1) + position
-        draft_sums = np.bincount(key, weights=values, minlength=num_bins * (2 * size + 1))
-        residual_sums = np.bincount(key, weights=levels.residual_mass, minlength=num_bins * (2 * size + 1))
-        draft_below = np.cumsum(draft_sums.reshape(num_bins, 2 * size + 1), axis=1)[:, : 2 * size].T
-        residual_below = np.cumsum(residual_sums.reshape(num_bins, 2 * size + 1), axis=1)[:, : 2 * size].T
+        key = np.searchsorted(scales, moving_ratio, side="right") * num_bins + moving_bin
+        draft_sums, residual_sums = np.zeros((2 * size + 1) * num_bins), np.zeros((2 * size + 1) * num_bins)
+        draft_sums[:num_bins] = resting_draft
+        np.add.at(draft_sums, key, moving_draft)
+        np.add.at(residual_sums, key, moving_residual)
+        draft_below = np.cumsum(draft_sums.reshape(2 * size + 1, num_bins)[: 2 * size], axis=0)  # [2·size, bins]
+        residual_below = np.cumsum(residual_sums.reshape(2 * size + 1, num_bins)[: 2 * size], axis=0)
         second = np.maximum(scales[:, None] * draft_below - residual_below, 0.0)  # [2·size, bins]
         at_low, at_high = _third_acceptance_bounds(
             levels, first_low[chunk], first_high[chunk], scale_low[chunk], scale_high[chunk], second_low, second_high)
-        in_chunk = slice(first_starts[start], first_ends[start + size - 1])  # the chunk's x1 groups, in order
+        in_chunk = slice(group_start[start], group_start[start + size])  # the chunk's x1 groups, in order
         own = np.bincount((group_bin[in_chunk] - start) * num_bins + own_bin[in_chunk], weights=own_weight[in_chunk],
                           minlength=size * num_bins).reshape(size, num_bins)
         bin_weight = weight[chunk][:, None]
-        low += float((np.maximum(bin_weight * second[0::2] - own, 0.0) * at_low).sum())
-        high += float((np.maximum(bin_weight * second[1::2] - own, 0.0) * at_high).sum())
-    return 1.0 - levels.total_variation + low, 1.0 - levels.total_variation + high
+        low[chunk] += (np.maximum(bin_weight * second[0::2] - own, 0.0) * at_low).sum(axis=1)
+        high[chunk] += (np.maximum(bin_weight * second[1::2] - own, 0.0) * at_high).sum(axis=1)
+    return low, high
+
+
+def _sums_over(values, starts, ends) -> np.ndarray:
+    """Σ values[start:end] for each (start, end), end > start.  # values [k]; starts, ends [m] -> [m]"""
+    bounds = np.empty(2 * len(starts), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = starts, ends
+    return np.add.reduceat(np.append(values, 0.0), bounds)[0::2]
 
 
 def _third_acceptance_bounds(levels, first_low, first_high, scale_low, scale_high, second_low, second_high):
@@ -474,14 +614,16 @@ def _third_acceptance_bounds(levels, first_low, first_high, scale_low, scale_hig
     never rejects (1 − G(s) = 0) its weights L are 0 and A3 is set to 0.  # -> [G, bins] twice"""
     accept_low, accept_high = levels.curve(scale_low)[:, None], levels.curve(scale_high)[:, None]
     rest_low, rest_high = 1.0 - accept_high, 1.0 - accept_low  # 1 − G(s) at s_hi and at s_lo
-    narrow = levels.one_minus(first_high[:, None], second_high[None, :])  # smallest 1 − q1 − q2
-    wide = levels.one_minus(first_low[:, None], second_low[None, :])
-    least = scale_low[:, None] + rest_low / np.where(wide > 0, wide, 1.0)
-    most = scale_high[:, None] + rest_high / np.where(narrow > 0, narrow, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lower = np.clip((levels.curve(least) - accept_high) / rest_high, 0.0, 1.0)
-        upper = np.clip((levels.curve(most) - accept_low) / rest_low, 0.0, 1.0)
-    lower = np.where(wide > 0, lower, 1.0)
-    upper = np.where((narrow > 0) & (rest_low > 0), upper, 1.0)
-    never = rest_high <= 0
-    return np.where(never, 0.0, lower), np.where(never, 0.0, upper)
+    narrow = levels.one_minus(first_high, second_high)  # smallest 1 − q1 − q2
+    wide = levels.one_minus(first_low, second_low)
+    with np.errstate(divide="ignore", invalid="ignore"):  # where they are 0, the cases below set A3
+        lower = (levels.curve(scale_low[:, None] + rest_low / wide) - accept_high) / rest_high
+        upper = (levels.curve(scale_high[:, None] + rest_high / narrow) - accept_low) / rest_low
+    np.clip(lower, 0.0, 1.0, out=lower)
+    np.clip(upper, 0.0, 1.0, out=upper)
+    lower[wide <= 0] = 1.0
+    upper[narrow <= 0] = 1.0
+    upper[rest_low[:, 0] <= 0] = 1.0
+    never = rest_high[:, 0] <= 0
+    lower[never] = upper[never] = 0.0
+    return lower, upper
