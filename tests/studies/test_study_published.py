@@ -191,3 +191,17 @@ def test_the_per_prompt_file_gives_back_every_per_token_mean(tmp_path):
     for method in settings["methods"]:
         pooled = sum(float(line[method]) * int(line["positions"]) for line in lines) / 9
         assert pooled == pytest.approx(summary[(0.7, 3, method)][0], abs=1e-15)
+
+
+def test_a_difference_without_an_error_estimate_orders_nothing():
+    """One prompt gives no standard error (NaN), a missing difference none at all: neither
+    is a verdict, and both print."""
+    from specbound.studies.acceptance_report import _signed, paired_higher
+
+    assert paired_higher("greedy", "rrs", (0.5, float("nan"), 4)) is None and paired_higher("greedy", "rrs", None) is None
+    assert paired_higher("greedy", "rrs", (0.01, 0.0, 4)) == "greedy" and paired_higher("greedy", "rrs", (0.0, 0.0, 4)) is None
+    assert _signed((0.5, float("nan"), 4)) == "+0.5000" and _signed(None) == "—"
+    line = next(line for line in ordering_verdicts(fake_study("instructions", [{"rrs_without_replacement": 0.8,
+                                                                                "greedy": 0.9}]), PUBLISHED["instructions"])
+                if line.startswith("greedy vs RRS without replacement"))
+    assert line.endswith("difference +0.1000 (± 2 s.e., paired over prompts): not resolved at this sample size.")

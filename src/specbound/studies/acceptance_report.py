@@ -359,7 +359,10 @@ def paired_higher(first: str, second: str, difference) -> str | None:
 
 
 def _signed(value) -> str:
-    """(mean, se, ...) -> "+mean ± 2 se": a paired difference and its two standard errors."""
+    """(mean, se, ...) -> "+mean ± 2 se": a paired difference and its two standard errors
+    ("—" for none)."""
+    if value is None:
+        return "—"
     mean, error = round(value[0], 4) + 0.0, value[1]
     return f"{mean:+.4f}" if math.isnan(error) else f"{mean:+.4f} ± {2 * error:.4f}"
 
