@@ -17,10 +17,9 @@ from __future__ import annotations
 from math import factorial, log
 
 import numpy as np
-from scipy.special import gammaincc, gammainccinv, gammaln
+from numba import njit
+from scipy.special import gammaincc, gammainccinv
 
-from specbound.bounds.subset import prefix_sums
-from specbound.probability import mass_of_the_others
 
 RACE_TRUNCATION = 1e-13  # each neglected piece of the integral is below this
 RACE_NODES_PER_OCTAVE = 3  # trapezoid step ln(2)/3 in ln t; a node's successor is at 2t
@@ -30,7 +29,6 @@ RACE_LARGE_COUNT = 80  # a head with n + 80 tokens of e^{tq} − 1 > 1: P(< n ar
 RACE_ACCURACY = 1e-11  # |error of Q(H)| observed below 1e-12; tests hold it to this bound
 BOUND_SLACK = 1e-12  # race_mass_bounds' allowance for rounding
 RACE_TINY = 0.25  # a head token with t·q below this enters a node's law through the head's moments
-BLOCK_ELEMENTS = 2**18  # the [nodes, tokens] arrays of one pass (fresh large arrays are slow here)
 
 
 def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
@@ -60,7 +58,7 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
     sums stay finite up to its horizon.
     # draft_row [vocab] in scan order, needed [vocab + 1] bool or None -> [vocab + 1]
     """
-    draft = np.asarray(draft_row, dtype=np.float64)
+    draft = np.ascontiguousarray(draft_row, dtype=np.float64)
     n = num_drafts
     remaining = np.zeros(draft.shape[0] + 1)  # r_k = q(H_k^c), summed from the tail for accuracy
     np.cumsum(draft[::-1], out=remaining[-2::-1])
@@ -100,56 +98,109 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
 
     exact (0 or 1) where H holds fewer than n drawable tokens or all of them. Both are moved
     outwards for rounding: r, m and 1 − T_i by relative 1e-12, 1e-10 and absolute
-    ``BOUND_SLACK``, the bounds by ``BOUND_SLACK``.
+    ``BOUND_SLACK``, the bounds by ``BOUND_SLACK``. One pass over each row
+    (``_mass_bounds_row``).
     # draft_in_order [rows, vocab], pair_mass [rows, vocab + 1] -> [rows, vocab + 1] x2
     """
-    inside, spread = prefix_sums(draft_in_order), mass_of_the_others(draft_in_order)  # q(H), 1 − q(x)
-    rest = np.zeros(inside.shape)  # r = q(H^c), summed from the tail: exact 0 for the whole vocabulary
-    np.cumsum(draft_in_order[:, ::-1], axis=1, out=rest[:, -2::-1])
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # 1 − q(x) = 0: not finite, both bounds [0, 1] below
-        weighted = [prefix_sums(draft_in_order**power / spread) for power in (1, 2, 3)]  # Σ_H q^j/(1 − q)
-        squares = prefix_sums(draft_in_order**2)
-        # E[(q(x1) + q(x2)); x1, x2 ∈ H] = Σ_x q_x/(1 − q_x)·[q_x (q(H) − q_x) + Σ_{y∈H} q_y² − q_x²]
-        terms = (inside * weighted[1], 2.0 * weighted[2], squares * weighted[0])
-        drawn = terms[0] - terms[1] + terms[2]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_low, mean_high = (np.where(pair_mass > 0, np.maximum(drawn + sign * 1e-10 * sum(terms), 0.0) / pair_mass,
-                                        0.0) for sign in (-1.0, 1.0))
-    low_rest, high_rest = rest * (1.0 - 1e-12), rest * (1.0 + 1e-12)
-    largest = np.zeros(pair_mass.shape)  # T_i, summed level by level
-    level = None  # the i-th largest mass of each prefix
-    later = np.ones(pair_mass.shape)  # Π_{3≤i<n} f(T_i)
-    for i in range(1, num_drafts):
-        below = draft_in_order if level is None else np.minimum(draft_in_order, np.concatenate(
-            [np.zeros((level.shape[0], 1)), level[:, :-1]], axis=1))
-        level = np.maximum.accumulate(below, axis=1)  # running max of what the i − 1 larger leave
-        largest[:, 1:] += level
-        if i == 2:
-            two_largest = largest + BOUND_SLACK
-        elif i >= 3:
-            later *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
-    next_at_mean = _next_in(low_rest, 1.0 - mean_low)
-    concave = (num_drafts - 1) * high_rest <= 2.0 * (1.0 - two_largest)
-    upper = pair_mass * next_at_mean * np.where(concave, next_at_mean, 1.0 - low_rest) ** (num_drafts - 3)
-    upper += BOUND_SLACK
-    at_zero, at_two = _next_in(high_rest, 1.0), _next_in(high_rest, 1.0 - two_largest)  # f(0), f(T_2)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.clip(np.where(two_largest > 0, mean_high / two_largest, 1.0), 0.0, 1.0)
-    lower = pair_mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
-    # A draft mass so close to 1 that 1 − q(x) rounds to 0 (beside subnormal masses) overflows the
-    # closed forms: m is then unknown, and so are both bounds — [0, 1] leaves the prefix to the race
-    lower = np.where(np.isfinite(lower) & np.isfinite(mean_high), lower, 0.0)
-    upper = np.where(np.isfinite(upper) & np.isfinite(mean_low), upper, 1.0)
-    support = prefix_sums((draft_in_order > 0).astype(np.float64))
-    exact = np.where(support >= num_drafts, 1.0, 0.0)
-    known = (support < num_drafts) | (rest <= 0)
-    return np.where(known, exact, np.clip(lower, 0.0, 1.0)), np.where(known, exact, np.clip(upper, 0.0, 1.0))
+    draft_in_order = np.ascontiguousarray(draft_in_order, dtype=np.float64)
+    pair_mass = np.ascontiguousarray(pair_mass, dtype=np.float64)
+    lower, upper = np.empty(pair_mass.shape), np.empty(pair_mass.shape)
+    for row in range(draft_in_order.shape[0]):
+        _mass_bounds_row(draft_in_order[row], int(num_drafts), pair_mass[row], lower[row], upper[row])
+    return lower, upper
 
 
+@njit(cache=True, error_model="numpy")
+def _mass_bounds_row(draft, n, pair_mass, lower, upper):
+    """``race_mass_bounds`` of one row, n ≥ 3, written into ``lower`` and ``upper``.
+
+    Walks the prefixes H_k in order, keeping their running sums — q(H), Σ q², Σ q^j/(1 − q)
+    for j = 1, 2, 3, the drawable tokens — and the n − 1 largest masses of H (T_i sums the
+    first i); r = q(H^c) is summed from the tail. 1 − q(x) is the mass of the other tokens,
+    the largest token's summed explicitly (``probability.mass_of_the_others``). A token with
+    1 − q(x) = 0 makes the moments infinite or NaN from its prefix on, and both bounds there
+    [0, 1] (the race decides).
+    # [vocab], int, [vocab + 1] -> writes [vocab + 1] x2"""
+    size = draft.size
+    total, largest_token = 0.0, 0
+    for token in range(size):
+        total += draft[token]
+        if draft[token] > draft[largest_token]:
+            largest_token = token
+    others_of_largest = 0.0
+    for token in range(size):
+        if token != largest_token:
+            others_of_largest += draft[token]
+    rest = np.empty(size + 1)  # r_k = q(H_k^c), from the tail: exactly 0 for the whole vocabulary
+    rest[size] = 0.0
+    for k in range(size - 1, -1, -1):
+        rest[k] = rest[k + 1] + draft[k]
+    top = np.zeros(n - 1)  # the n − 1 largest masses of H, descending, 0 where H has fewer
+    inside = squares = weighted_1 = weighted_2 = weighted_3 = 0.0
+    drawable = 0
+    for k in range(size + 1):
+        high_rest, low_rest = rest[k] * (1.0 + 1e-12), rest[k] * (1.0 - 1e-12)
+        terms_0, terms_1, terms_2 = inside * weighted_2, 2.0 * weighted_3, squares * weighted_1
+        drawn = terms_0 - terms_1 + terms_2  # E[(q(x1) + q(x2)); x1, x2 ∈ H]
+        spread = terms_0 + terms_1 + terms_2
+        mass = pair_mass[k]
+        mean_low = mean_high = 0.0
+        if mass > 0:
+            mean_low, mean_high = _at_least_zero(drawn - 1e-10 * spread) / mass, _at_least_zero(
+                drawn + 1e-10 * spread) / mass
+        largest = 0.0  # T_i
+        two_largest, later = 0.0, 1.0  # T_2 + slack, Π_{3≤i<n} f(T_i)
+        for i in range(1, n):
+            largest += top[i - 1]
+            if i == 2:
+                two_largest = largest + BOUND_SLACK
+            elif i >= 3:
+                later *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
+        next_at_mean = _next_in(low_rest, 1.0 - mean_low)
+        concave = (n - 1) * high_rest <= 2.0 * (1.0 - two_largest)
+        upper_k = mass * next_at_mean * (next_at_mean if concave else 1.0 - low_rest) ** (n - 3) + BOUND_SLACK
+        at_zero, at_two = _next_in(high_rest, 1.0), _next_in(high_rest, 1.0 - two_largest)  # f(0), f(T_2)
+        share = mean_high / two_largest if two_largest > 0 else 1.0
+        share = min(max(share, 0.0), 1.0) if share == share else share
+        lower_k = mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
+        if not (np.isfinite(lower_k) and np.isfinite(mean_high)):
+            lower_k = 0.0
+        if not (np.isfinite(upper_k) and np.isfinite(mean_low)):
+            upper_k = 1.0
+        if drawable < n or rest[k] <= 0:
+            lower[k] = upper[k] = 1.0 if drawable >= n else 0.0
+        else:
+            lower[k], upper[k] = min(max(lower_k, 0.0), 1.0), min(max(upper_k, 0.0), 1.0)
+        if k == size:
+            break
+        value = draft[k]  # H_{k+1} = H_k + token k
+        spread_k = others_of_largest if k == largest_token else total - value  # 1 − q(x)
+        inside += value
+        squares += value * value
+        weighted_1 += value / spread_k
+        weighted_2 += value * value / spread_k
+        weighted_3 += value * value * value / spread_k
+        drawable += value > 0
+        if value > top[n - 2]:  # insert into the descending n − 1 largest
+            slot = n - 2
+            while slot > 0 and top[slot - 1] < value:
+                top[slot] = top[slot - 1]
+                slot -= 1
+            top[slot] = value
+
+
+@njit(cache=True)
+def _at_least_zero(value):
+    """max(value, 0), NaN kept (as np.maximum)."""
+    return 0.0 if value < 0 else value
+
+
+@njit(cache=True, error_model="numpy")
 def _next_in(rest, room):
     """f = 1 − r/(1 − s) in [0, 1], given r and room = 1 − s (0 where room ≤ 0)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(room > 0, np.clip(1.0 - rest / np.where(room > 0, room, 1.0), 0.0, 1.0), 0.0)
+    if not room > 0:
+        return 0.0
+    return min(max(1.0 - rest / room, 0.0), 1.0)
 
 
 def _windows(prefixes: np.ndarray, remaining: np.ndarray) -> list[tuple[int, int]]:
@@ -172,21 +223,39 @@ def _race_times(n, num_nodes) -> np.ndarray:
 
 def _window_nodes(draft, remaining, windows, n) -> list[int]:
     """How many nodes each window needs: whole octaves up to its horizon (``_race_horizon``),
-    from the n-th largest mass before it (a running partition). # -> [windows]"""
+    from the n-th largest mass before it (``_nth_largest_before``). # -> [windows]"""
     start = _race_times(n, 1)[0]
     last_offset = (RACE_NODES_PER_OCTAVE - 1) / RACE_NODES_PER_OCTAVE  # in octaves
-    nodes, largest, end = [], np.zeros(0), 0
-    for first, last in windows:
-        largest, end = np.concatenate([largest, draft[end:first]]), first
-        if largest.size > n:
-            largest = np.partition(largest, largest.size - n)[-n:]
-        horizon = _race_horizon(float(largest.min()) if largest.size == n else 0.0, remaining[last], n)
+    firsts = np.array([first for first, _ in windows], dtype=np.int64)
+    nodes = []
+    for (_, last), nth_largest in zip(windows, _nth_largest_before(draft, firsts, n)):
+        horizon = _race_horizon(float(nth_largest), remaining[last], n)
         if not np.isfinite(horizon) or horizon > 1e300:
             raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
                              "exponential-race quadrature")
         num_octaves = max(1, int(np.ceil(np.log2(horizon / start) - last_offset)) + 1)
         nodes.append(num_octaves * RACE_NODES_PER_OCTAVE)
     return nodes
+
+
+@njit(cache=True)
+def _nth_largest_before(values, ends, n):
+    """The n-th largest of values[:end] for each of the increasing ``ends`` (0 where fewer than
+    n values), in one pass keeping the n largest by insertion.  # [V], [windows] -> [windows]"""
+    largest = np.zeros(n)  # descending
+    nth, position = np.empty(ends.size), 0
+    for window in range(ends.size):
+        while position < ends[window]:
+            value = values[position]
+            if value > largest[n - 1]:
+                slot = n - 1
+                while slot > 0 and largest[slot - 1] < value:
+                    largest[slot] = largest[slot - 1]
+                    slot -= 1
+                largest[slot] = value
+            position += 1
+        nth[window] = largest[n - 1]
+    return nth
 
 
 class _HeadLaw:
@@ -236,14 +305,11 @@ class _HeadLaw:
             return
         self._keep_largest(values, counts)
         nodes = self.times.size
-        with np.errstate(over="ignore"):  # RACE_TINY / a subnormal q is ∞: tiny at every node
-            deep = RACE_TINY / values >= self.times[-1]  # tiny at every node: the bulk of a real row
-        scaled, power = self.times[-1] * values[deep], counts[deep]  # the last node's t q ≤ RACE_TINY
-        for k in range(self.series.shape[1]):
-            self.moments[k, -1] += power.sum()
-            power = power * scaled
-        self.small_mass[-1] += counts[deep] @ values[deep]
-        values, counts = values[~deep], counts[~deep]
+        sums = np.zeros(self.series.shape[1])
+        deep_mass, shallow = _tiny_at_every_node(values, counts, self.times[-1], sums)
+        self.moments[:, -1] += sums
+        self.small_mass[-1] += deep_mass
+        values, counts = values[shallow], counts[shallow]
         tiny_end = np.searchsorted(self.times, RACE_TINY / values, side="right")
         large_start = np.searchsorted(self.times, log(2.0) / values, side="right")
         self.small_mass += np.bincount(large_start, weights=counts * values, minlength=nodes + 1)
@@ -265,15 +331,8 @@ class _HeadLaw:
     def _keep_largest(self, values, counts) -> None:
         """The largest values, descending, until they hold n + ``RACE_LARGE_COUNT`` tokens, and
         the first node each is large at."""
-        keep = self.n + RACE_LARGE_COUNT
-        if values.size > keep:  # each holds ≥ 1 token: the `keep` largest suffice
-            chosen = np.argpartition(-values, keep - 1)[:keep]
-            values, counts = values[chosen], counts[chosen]
-        values = np.concatenate([self.top_values, values])
-        order = np.argsort(-values, kind="stable")
-        counts = np.concatenate([self.top_counts, counts])[order]
-        size = int(np.searchsorted(np.cumsum(counts), keep)) + 1
-        self.top_values, self.top_counts = values[order][:size], counts[:size]
+        self.top_values, self.top_counts = _merged_largest(self.top_values, self.top_counts, values, counts,
+                                                           self.n + RACE_LARGE_COUNT)
         with np.errstate(over="ignore"):  # ln 2 / a subnormal q is ∞: large at no node
             self.top_large_start = np.searchsorted(self.times, log(2.0) / self.top_values, side="right")
 
@@ -289,12 +348,9 @@ class _HeadLaw:
         law[:, 0] = np.exp(log_series[:, 0])
         for c in range(1, n):
             law[:, c] = sum(i * log_series[:, i] * law[:, c - i] for i in range(1, c + 1)) / c
-        large = self.top_large_start[None, :] <= np.arange(num_nodes)[:, None]  # [nodes, top]
-        if np.any(large):
-            binomial = _binomial_laws(self.top_values, self.top_counts, times, n)  # [nodes, top, n]
-            factors = np.where(large[:, :, None], binomial, np.eye(1, n)[None, :, :])
-            law = _truncated_product(np.concatenate([law[:, None, :], factors], axis=1))
-            law[large @ self.top_counts >= n + RACE_LARGE_COUNT] = 0.0
+        if self.top_large_start.size and self.top_large_start.min() < num_nodes:
+            _times_large_tokens(law, self.top_values, self.top_counts, self.top_large_start, times,
+                                n + RACE_LARGE_COUNT)
         return law
 
     def _scaled_moments(self, num_nodes) -> np.ndarray:
@@ -314,60 +370,120 @@ class _HeadLaw:
         return scaled[:, :num_nodes]
 
 
+@njit(cache=True, error_model="numpy")
+def _tiny_at_every_node(values, counts, last_time, sums):
+    """The tokens tiny at every node of a grid ending at ``last_time`` (t q ≤ ``RACE_TINY`` there:
+    the bulk of a real row) enter through their powers at the last node: adds Σ m (t q)^k to
+    ``sums`` [K + 1]; returns their mass Σ m q and the indices of the other tokens. A
+    subnormal q makes ``RACE_TINY``/q infinite: tiny everywhere.
+    # [tokens] x2, float, [K + 1] in place -> float, [others]"""
+    others = np.empty(values.size, dtype=np.int64)
+    mass, count = 0.0, 0
+    for index in range(values.size):
+        value = values[index]
+        if RACE_TINY / value >= last_time:
+            scaled, power = last_time * value, counts[index]
+            for k in range(sums.size):
+                sums[k] += power
+                power *= scaled
+            mass += counts[index] * value
+        else:
+            others[count] = index
+            count += 1
+    return mass, others[:count]
+
+
+@njit(cache=True)
+def _merged_largest(top_values, top_counts, values, counts, keep):
+    """The entries (value, count) of ``top_values`` (descending) and ``values`` with the largest
+    values, descending (the kept ones first among ties), up to the first whose counts sum to
+    ``keep`` or more. Each entry holds at least one token, so the ``keep`` largest new entries
+    suffice: they are selected by insertion in one pass.
+    # [top] x2, [tokens] x2, int -> [kept] x2"""
+    best_values, best_counts = np.empty(keep), np.empty(keep)
+    size = 0
+    for index in range(values.size):
+        value = values[index]
+        if size == keep and not value > best_values[keep - 1]:
+            continue
+        slot = size if size < keep else keep - 1
+        while slot > 0 and best_values[slot - 1] < value:
+            best_values[slot], best_counts[slot] = best_values[slot - 1], best_counts[slot - 1]
+            slot -= 1
+        best_values[slot], best_counts[slot] = value, counts[index]
+        size = min(size + 1, keep)
+    merged_values, merged_counts = np.empty(top_values.size + size), np.empty(top_values.size + size)
+    old = new = merged = 0
+    total = 0.0
+    while total < keep and (old < top_values.size or new < size):
+        if new >= size or (old < top_values.size and top_values[old] >= best_values[new]):
+            merged_values[merged], merged_counts[merged] = top_values[old], top_counts[old]
+            old += 1
+        else:
+            merged_values[merged], merged_counts[merged] = best_values[new], best_counts[new]
+            new += 1
+        total += merged_counts[merged]
+        merged += 1
+    return merged_values[:merged], merged_counts[:merged]
+
+
 def _window_mass(draft, remaining, first, last, n, head, num_nodes) -> np.ndarray:
     """Q on the prefixes first..last (module function's docstring), ``head`` the law of the
     tokens before ``first``, at its first ``num_nodes`` nodes. # -> [last − first + 1]"""
-    tokens = draft[first:last]  # the window's tokens: prefix first + i holds the first i of them
     rates = remaining[first : last + 1]
-    step = log(2.0) / RACE_NODES_PER_OCTAVE
-    num_octaves = num_nodes // RACE_NODES_PER_OCTAVE
     times = head.times[:num_nodes]
+    step = log(2.0) / RACE_NODES_PER_OCTAVE
     control = gammaincc(n, times)  # W(t) = P(Erlang(n, 1) > t)
+    control_weights = np.where(control > RACE_TRUNCATION * 1e-3, step * times * control, 0.0)
+    weights = step * times * np.exp(-rates[0] * times)
     coef = np.cumsum(head.law(num_nodes), axis=1)[:, ::-1]  # Σ_{i<n−c} head_i
-    weight = step * times * np.exp(-rates[0] * times)  # [nodes]
-    control_weights = np.zeros(rates.size)  # Σ_nodes h t W(t) e^{−r_k t}
-    count_diffs = np.zeros(rates.size)  # differences in k of Σ_nodes h t e^{−r_k t} G_k(t)
-    count_diffs[0] = weight @ coef[:, 0]
-    octaves_per_block = max(1, BLOCK_ELEMENTS // (RACE_NODES_PER_OCTAVE * rates.size))
-    arrival = decay = None
-    for block_start in range(0, num_octaves, octaves_per_block):
-        block = range(block_start, min(num_octaves, block_start + octaves_per_block))
-        nodes = slice(block.start * RACE_NODES_PER_OCTAVE, block.stop * RACE_NODES_PER_OCTAVE)
-        arrival, decay = _doubled(tokens, rates, times[nodes], arrival, decay)
-        needs_control = control[nodes] > RACE_TRUNCATION * 1e-3
-        if np.any(needs_control):
-            control_weights += (step * times[nodes] * control[nodes])[needs_control] @ decay[needs_control]
-        # e_c^{(k)} − e_c^{(k−1)} = a_{k−1} e_{c−1}^{(k−1)}: e_0..e_{n−2} at each token's own prefix
-        level_term = arrival
-        for c in range(1, n):
-            count_diffs[1:] += (weight[nodes] * coef[nodes, c]) @ level_term
-            if c < n - 1:
-                level = np.zeros_like(arrival)
-                np.cumsum(level_term[:, :-1], axis=1, out=level[:, 1:])  # e_c
-                level_term = arrival * level
-    return (1.0 + rates) ** (-n) + rates * (control_weights - np.cumsum(count_diffs))
+    controls, counts = _window_sums(np.ascontiguousarray(draft[first:last]), np.ascontiguousarray(rates), times,
+                                    weights[:, None] * coef, control_weights)
+    return (1.0 + rates) ** (-n) + rates * (controls - counts)
 
 
-def _doubled(tokens, rates, times, arrival, decay):
-    """a = e^{tq} − 1 per node and token, and e^{−r t} per node and prefix, at ``times``
-    (whole octaves): by exponentials for the first octave, else by doubling the octave
-    before (``arrival``, ``decay``: the previous block's rows, its last octave used).
-    # -> [nodes, tokens], [nodes, prefixes]"""
-    width = RACE_NODES_PER_OCTAVE
-    new_arrival = np.empty((len(times), tokens.size))
-    new_decay = np.empty((len(times), rates.size))
-    if arrival is not None:
-        arrival, decay = arrival[-width:], decay[-width:]
-    for rows in range(0, len(times), width):
-        rows = slice(rows, rows + width)
-        if arrival is None:
-            np.expm1(times[rows, None] * tokens[None, :], out=new_arrival[rows])
-            np.exp(-times[rows, None] * rates[None, :], out=new_decay[rows])
-        else:
-            np.multiply(arrival, arrival + 2.0, out=new_arrival[rows])  # e^{2tq} − 1 from e^{tq} − 1
-            np.multiply(decay, decay, out=new_decay[rows])  # e^{−2rt} from e^{−rt}
-        arrival, decay = new_arrival[rows], new_decay[rows]
-    return new_arrival, new_decay
+@njit(cache=True)
+def _window_sums(tokens, rates, times, count_weights, control_weights):
+    """The quadrature's two sums at every prefix k of a window (prefix k holds its first k
+    tokens): Σ_i h t_i W(t_i) e^{−r_k t_i} and Σ_i h t_i e^{−r_k t_i} G_k(t_i), given per node
+    ``control_weights`` h t W(t) (0 where W is negligible) and ``count_weights`` h t e^{−r_0 t}
+    times Σ_{j<n−c} head_j for c < n.
+
+    e^{−r_k t} G_k(t) = e^{−r_0 t} Σ_c (Σ_{j<n−c} head_j) e_c(a over the window's first k tokens),
+    a = e^{tq} − 1 (the window's e^{−t q} cancels against e^{−r_k t}/e^{−r_0 t}); each token adds
+    a·e_{c−1} to e_c, so one pass per node over the tokens, with e_0..e_{n−2}, gives every
+    prefix. Nodes go in octaves: a node's a and e^{−r t} come from the node an octave before
+    by doubling (e^{2tq} − 1 = a(a + 2), e^{−2rt} = (e^{−rt})²), the first octave's from
+    exponentials.
+    # [tokens], [tokens + 1], [nodes], [nodes, n], [nodes] -> [tokens + 1] x2"""
+    num_nodes, n = count_weights.shape
+    size, width = tokens.size, RACE_NODES_PER_OCTAVE
+    arrival, decay = np.empty((width, size)), np.empty((width, size + 1))
+    controls, differences = np.zeros(size + 1), np.zeros(size + 1)
+    levels = np.zeros(n)  # e_0..e_{n−2} of the tokens passed
+    for node in range(num_nodes):
+        slot, time = node % width, times[node]
+        for k in range(size + 1):
+            decay[slot, k] = np.exp(-time * rates[k]) if node < width else decay[slot, k] * decay[slot, k]
+        if control_weights[node] != 0.0:
+            for k in range(size + 1):
+                controls[k] += control_weights[node] * decay[slot, k]
+        differences[0] += count_weights[node, 0]
+        levels[:] = 0.0
+        levels[0] = 1.0
+        for j in range(size):
+            if node < width:
+                value = np.expm1(time * tokens[j])
+            else:
+                value = arrival[slot, j] * (arrival[slot, j] + 2.0)
+            arrival[slot, j] = value
+            term = 0.0
+            for c in range(1, n):
+                term += count_weights[node, c] * levels[c - 1]
+            differences[j + 1] += value * term
+            for c in range(n - 2, 0, -1):
+                levels[c] += value * levels[c - 1]
+    return controls, np.cumsum(differences)
 
 
 def _race_horizon(nth_largest, last_rate, n) -> float:
@@ -399,26 +515,30 @@ def _power_series(n) -> np.ndarray:
     return series
 
 
-def _binomial_laws(values, counts, times, n) -> np.ndarray:
-    """P(c of m tokens of draft value q arrived by t) = Bin(m, 1 − e^{−tq}) at c < n, per node
-    and value.  # [values] x2, [nodes] -> [nodes, values, n]"""
-    value, count = values[None, :, None], counts[None, :, None]
-    arrived = np.arange(n)[None, None, :]
-    t = times[:, None, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_binomial = (gammaln(count + 1) - gammaln(arrived + 1) - gammaln(count - arrived + 1)
-                        + arrived * np.log(-np.expm1(-t * value)) - (count - arrived) * t * value)
-    return np.where(arrived <= count, np.exp(log_binomial), 0.0)
-
-
-def _truncated_product(factors: np.ndarray) -> np.ndarray:
-    """Product of polynomials mod z^n by pairwise halving, per node.  # [nodes, m, n] -> [nodes, n]"""
-    n = factors.shape[2]
-    while factors.shape[1] > 1:
-        if factors.shape[1] % 2:
-            factors = np.concatenate([factors, np.broadcast_to(np.eye(1, n), (factors.shape[0], 1, n))], axis=1)
-        left, right = factors[:, 0::2], factors[:, 1::2]
-        factors = np.stack(
-            [sum(left[:, :, i] * right[:, :, c - i] for i in range(c + 1)) for c in range(n)], axis=2
-        )
-    return factors[:, 0]
+@njit(cache=True)
+def _times_large_tokens(law, values, counts, large_start, times, limit):
+    """Multiply the law at each node by the arrival laws of the head's large tokens there (those
+    with ``large_start`` ≤ the node): a token of draft value q has arrived by t with
+    probability π = 1 − e^{−tq}, so each of its ``counts`` copies multiplies the polynomial by
+    (e^{−tq} + π z), mod z^n — products of positive terms. A node where ``limit`` or more
+    tokens are large gets the law 0 (``_HeadLaw``'s docstring), which also bounds the copies
+    multiplied elsewhere below ``limit``.
+    # law [nodes, n] in place, [top] x3, [nodes], int"""
+    num_nodes, n = law.shape
+    for node in range(num_nodes):
+        large = 0.0
+        for index in range(values.size):
+            if large_start[index] <= node:
+                large += counts[index]
+        if large >= limit:
+            law[node, :] = 0.0
+            continue
+        for index in range(values.size):
+            if large_start[index] > node:
+                continue
+            stay = np.exp(-times[node] * values[index])
+            arrived = -np.expm1(-times[node] * values[index])
+            for _ in range(int(counts[index])):
+                for c in range(n - 1, 0, -1):
+                    law[node, c] = law[node, c] * stay + law[node, c - 1] * arrived
+                law[node, 0] *= stay

@@ -4,7 +4,7 @@ tokens (SPEC.md §4.1); equivalently the first n arrivals of an exponential race
 Q(H) = P(n draws without replacement all land in H), exactly (SPEC.md §4.2):
 - n = 1: q(H);
 - n = 2: Σ_{x∈H} q(x)(q(H) − q(x))/(1 − q(x)) = q(H)² − q(H^c) Σ_{x∈H} q(x)²/(1 − q(x))
-  (no cancellation as H grows to the vocabulary; 1 − q(x) from ``mass_of_the_others``;
+  (no cancellation as H grows to the vocabulary; 1 − q(x) as the mass of the other tokens;
   the largest token's term is q(x)²·(q(H^c)/(1 − q(x))), a share of the rest, which does
   not overflow beside a rest of 1e-310);
 - n ≥ 3: the exponential-race integral (``specbound.bounds.race``).
@@ -17,11 +17,12 @@ import itertools
 
 import numpy as np
 import torch
+from numba import njit
 
 from specbound.bounds.race import race_all_in_mass, race_mass_bounds
 from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
-from specbound.probability import mass_of_the_others, sample_from_torch, uniforms_torch
+from specbound.probability import sample_from_torch, uniforms_torch
 
 
 @register_scheme
@@ -69,19 +70,11 @@ class WithoutReplacement(DraftScheme):
         if num_drafts == 1:
             return prefix_sums(draft_in_order)
         if num_drafts == 2:
-            inside = prefix_sums(draft_in_order)
-            outside = np.zeros_like(inside)
-            np.cumsum(draft_in_order[:, ::-1], axis=1, out=outside[:, -2::-1])
-            others = mass_of_the_others(draft_in_order)
-            top = np.argmax(draft_in_order, axis=1)[:, None]  # the token mass_of_the_others sums for
-            is_top = np.arange(draft_in_order.shape[1]) == top
-            squares = np.where(is_top, 0.0, draft_in_order**2 / np.where(is_top, 1.0, others))
-            top_value = np.take_along_axis(draft_in_order, top, axis=1)
-            top_others = np.take_along_axis(others, top, axis=1)
-            holds_top = (np.arange(inside.shape[1]) > top) & (top_others > 0)
-            top_share = np.divide(outside, top_others, out=np.zeros_like(outside), where=holds_top)  # ≤ 1
-            top_term = top_value**2 * top_share
-            return inside**2 - outside * prefix_sums(squares) - top_term
+            draft_in_order = np.ascontiguousarray(draft_in_order, dtype=np.float64)
+            mass = np.empty((draft_in_order.shape[0], draft_in_order.shape[1] + 1))
+            for row in range(draft_in_order.shape[0]):
+                _pair_all_in_mass(draft_in_order[row], mass[row])
+            return mass
         return np.stack([race_all_in_mass(row, num_drafts) for row in draft_in_order])
 
     def _optimum(self, rows, num_drafts):
@@ -94,3 +87,36 @@ class WithoutReplacement(DraftScheme):
                                               for row, mask in zip(ordered, needed)]),
             mass_bounds=lambda ordered: race_mass_bounds(ordered, num_drafts, self.all_in_mass(ordered, 2)),
         )
+
+
+@njit(cache=True, error_model="numpy")
+def _pair_all_in_mass(draft, mass):
+    """Q_2(H_k) = q(H)² − q(H^c) Σ_{x∈H} q(x)²/(1 − q(x)) on every prefix H_k of ``draft``'s
+    order, in one pass (the module docstring's n = 2 form): q(H) summed from the head,
+    q(H^c) from the tail, 1 − q(x) as the mass of the other tokens; the largest token's term
+    is q(x)²·(q(H^c)/(1 − q(x))), added once the prefix holds it (none when the others are 0).
+    # [vocab] -> writes [vocab + 1]"""
+    size = draft.size
+    total, largest = 0.0, 0
+    for token in range(size):
+        total += draft[token]
+        if draft[token] > draft[largest]:
+            largest = token
+    others_of_largest = 0.0
+    for token in range(size):
+        if token != largest:
+            others_of_largest += draft[token]
+    outside = np.empty(size + 1)  # q(H_k^c), from the tail
+    outside[size] = 0.0
+    for k in range(size - 1, -1, -1):
+        outside[k] = outside[k + 1] + draft[k]
+    inside = squares = 0.0
+    for k in range(size + 1):
+        top_term = 0.0
+        if k > largest and others_of_largest > 0:
+            top_term = draft[largest] ** 2 * (outside[k] / others_of_largest)
+        mass[k] = inside**2 - outside[k] * squares - top_term
+        if k < size:
+            inside += draft[k]
+            if k != largest:
+                squares += draft[k] ** 2 / (total - draft[k])
