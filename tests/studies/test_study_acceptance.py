@@ -19,7 +19,7 @@ import torch
 from specbound.engine import Processing
 from specbound.engine.methods import build_method
 from specbound.studies.acceptance import (AcceptanceStudy, acceptance_methods, acceptance_summary, exact_acceptances,
-                                         gap_summary, method_acceptance)
+                                         gap_summary, method_acceptance, unit_exact_part)
 from specbound.studies.acceptance_methods import attained_optimum
 
 METHODS = list(acceptance_methods())
@@ -311,3 +311,14 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
     assert len(records[0]) > 20
     assert records[0] == records[1]
     assert study._pool is not None  # the second run did split the work
+    # the pool the study keeps, on more rows than its block holds, then on fewer: one process's
+    # values, and why a method has none as one process says it (its first position's reason)
+    rows = np.random.default_rng(1).dirichlet(np.full(2000, 0.1), size=(2, 9))
+    methods = ["optimal_greedy", "single", "rrs_without_replacement"]
+    for positions in (5, 9, 4):
+        target_rows, draft_rows = rows[0, :positions], rows[1, :positions]
+        tails, acceptance, missing = study._pool.exact(methods, [6], study.tail_budget, target_rows, draft_rows)[6]
+        alone = unit_exact_part(methods, [6], study.tail_budget, target_rows, draft_rows)[6]
+        np.testing.assert_array_equal(tails, alone[0])
+        assert {method: list(values) for method, values in acceptance.items()} == alone[1]
+        assert missing == alone[2] and list(missing) == ["rrs_without_replacement"]

@@ -48,6 +48,7 @@ import ctypes
 import multiprocessing
 import os
 import time
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -74,6 +75,7 @@ __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact
            "method_acceptance"]
 
 DEFAULT_TAIL_BUDGET = 1e-6
+POSITIONS_PER_TASK = 1  # a task of the exact part's workers (``ExactPool``)
 # Hu et al.'s tasks (Alpaca, CNN/DailyMail, WMT'14 De-En, MT-Bench) as far as prompt sets exist here:
 # the authored stand-ins for the first three, the real MT-Bench and MMLU sets, and the edit set
 HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
@@ -208,39 +210,15 @@ class AcceptanceStudy(Study):
     def exact(self, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
         """The exact part of a unit: n -> (each position's tail cut as [δp, δq, B] [positions, 3],
         method -> acceptance [positions], method -> why it has no exact value at n), for every
-        n of the study: in this process, or split over ``workers`` processes (interleaved
-        positions, so each gets a share of the long and the short ones), which read the rows
-        from one shared-memory copy and do the tail cuts and every n themselves (pickling the
-        cut rows for each n cost more than the computations it spread).
+        n of the study: in this process, or on ``workers`` processes (``ExactPool``), which
+        read the rows from shared memory and do the tail cuts and every n themselves
+        (pickling the cut rows for each n cost more than the computations it spread).
         # target_rows, draft_rows [positions, vocab]"""
         if self.workers == 1 or len(target_rows) < 2 * self.workers:
             return unit_exact_part(self.methods, self.num_drafts, self.tail_budget, target_rows, draft_rows)
-        if self._pool is None:  # spawned, not forked: the parent holds torch's thread pools
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_worker_setup)
-        rows = np.stack([np.asarray(target_rows, dtype=np.float64), np.asarray(draft_rows, dtype=np.float64)])
-        shared = shared_memory.SharedMemory(create=True, size=rows.nbytes)
-        try:
-            np.ndarray(rows.shape, rows.dtype, buffer=shared.buf)[...] = rows
-            parts = list(self._pool.map(
-                _shared_exact_part, [shared.name] * self.workers, [rows.shape] * self.workers,
-                range(self.workers), [self.workers] * self.workers, [self.methods] * self.workers,
-                [self.num_drafts] * self.workers, [self.tail_budget] * self.workers))
-        finally:
-            shared.close()
-            shared.unlink()
-        exact = {}
-        for num_drafts in self.num_drafts:
-            missing = {method: reason for part in parts for method, reason in part[num_drafts][2].items()}
-            tails = np.empty((len(target_rows), 3))
-            acceptance = {method: np.empty(len(target_rows)) for method in self.methods if method not in missing}
-            for start, part in enumerate(parts):
-                part_tails, part_acceptance, _ = part[num_drafts]
-                tails[start :: self.workers] = part_tails
-                for method, values in acceptance.items():
-                    values[start :: self.workers] = part_acceptance[method]
-            exact[num_drafts] = (tails, acceptance, missing)
-        return exact
+        if self._pool is None:
+            self._pool = ExactPool(self.workers)
+        return self._pool.exact(self.methods, self.num_drafts, self.tail_budget, target_rows, draft_rows)
 
     @staticmethod
     def summary_tables(results) -> list:
@@ -295,12 +273,65 @@ def _worker_setup() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 4 * KEPT_FREED_BYTES)
 
 
-def _shared_exact_part(name, shape, start, step, methods, counts, tail_budget):
-    """``unit_exact_part`` on positions start, start + step, ... of the [2, positions, vocab]
-    rows in the shared-memory block ``name`` (a worker's share)."""
+class ExactPool:
+    """``unit_exact_part`` on worker processes, spawned (not forked: the parent holds torch's
+    thread pools) and kept from unit to unit with the shared-memory block they read a unit's
+    rows from. The parent writes the rows into the block (one copy; a block kept across units
+    costs no page faults) and hands out tasks of ``POSITIONS_PER_TASK`` consecutive
+    positions, each to whichever worker is free: a position's cost varies several-fold with
+    how many tokens its tail cut keeps, and fixed shares left one worker idle while the other
+    finished. The block is released when the pool is collected or the interpreter exits."""
+
+    def __init__(self, workers: int):
+        self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                            initializer=_worker_setup)
+        self.block = None
+        self._release = None
+
+    def exact(self, methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
+        """``unit_exact_part`` of the rows, computed by the workers.  # [positions, vocab] x2"""
+        shape = (2, *np.shape(target_rows))
+        rows = self._rows(shape)
+        rows[0], rows[1] = target_rows, draft_rows
+        del rows  # the block must export no buffer when it is replaced or released
+        tasks = [slice(start, start + POSITIONS_PER_TASK) for start in range(0, shape[1], POSITIONS_PER_TASK)]
+        parts = list(self.executor.map(
+            _shared_exact_part, [self.block.name] * len(tasks), [shape] * len(tasks), tasks,
+            [methods] * len(tasks), [counts] * len(tasks), [tail_budget] * len(tasks)))
+        exact = {}
+        for num_drafts in counts:
+            missing = {}  # as one process reports it: why the first position that has no value lacks it
+            for part in parts:
+                missing = part[num_drafts][2] | missing
+            tails = np.concatenate([part[num_drafts][0] for part in parts])
+            acceptance = {method: np.concatenate([part[num_drafts][1][method] for part in parts])
+                          for method in methods if method not in missing}
+            exact[num_drafts] = (tails, acceptance, missing)
+        return exact
+
+    def _rows(self, shape) -> np.ndarray:
+        """A float64 view of ``shape`` at the start of the block, which is replaced by a larger
+        one when it is too small.  # -> [2, positions, vocab]"""
+        size = int(np.prod(shape)) * np.dtype(np.float64).itemsize
+        if self.block is None or self.block.size < size:
+            if self._release is not None:
+                self._release()
+            self.block = shared_memory.SharedMemory(create=True, size=size)
+            self._release = weakref.finalize(self, _release_block, self.block)
+        return np.ndarray(shape, np.float64, buffer=self.block.buf)
+
+
+def _release_block(block: shared_memory.SharedMemory) -> None:
+    block.close()
+    block.unlink()
+
+
+def _shared_exact_part(name, shape, positions, methods, counts, tail_budget):
+    """``unit_exact_part`` on the positions ``positions`` (a slice) of the [2, positions,
+    vocab] rows in the shared-memory block ``name`` (one task of ``ExactPool``)."""
     shared = shared_memory.SharedMemory(name=name)
     try:
-        rows = np.ndarray(shape, np.float64, buffer=shared.buf)[:, start::step].copy()
+        rows = np.ndarray(shape, np.float64, buffer=shared.buf)[:, positions].copy()
     finally:
         shared.close()
     return unit_exact_part(methods, counts, tail_budget, rows[0], rows[1])
