@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from specbound.probability import sample_from, sample_from_torch, top_tokens
+from specbound.probability import pairwise_sum, sample_from, sample_from_torch, top_tokens
 
 
 def test_top_tokens_equal_a_stable_sort_with_ties(rng):
@@ -14,6 +14,19 @@ def test_top_tokens_equal_a_stable_sort_with_ties(rng):
         expected = np.argsort(-draft, axis=-1, kind="stable")[:, :count]
         np.testing.assert_array_equal(top_tokens(draft, count), expected)
         np.testing.assert_array_equal(top_tokens(torch.tensor(draft), count).numpy(), expected)
+
+
+def test_pairwise_sum_is_numpys_sum_bit_for_bit(rng):
+    """The compiled loops' sum is ``ndarray.sum``'s, to the last bit: every length up to a few
+    blocks (each split and leftover case), long rows, runs inside a row, a row of a batch."""
+    lengths = [*range(300), 1024, 1031, 4097, 65_536, 151_936, *rng.integers(300, 200_000, 8)]
+    for length in lengths:
+        values = rng.random(length) ** 12  # magnitudes over tens of orders: rounding at every addition
+        assert pairwise_sum(values, 0, length) == values.sum()
+        start, stop = sorted(rng.integers(0, length + 1, 2))
+        assert pairwise_sum(values, start, stop) == values[start:stop].sum()
+    rows = rng.random((3, 5000))
+    assert [pairwise_sum(row, 0, row.size) for row in rows] == rows.sum(axis=1).tolist()
 
 
 def test_the_torch_sampler_draws_what_its_numpy_twin_draws(rng):

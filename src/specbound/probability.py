@@ -10,15 +10,19 @@ Numerics kept in one place:
   where 1.0 − q(top) would be 0;
 - a residual with no mass is never divided by (``ZeroResidualError``);
 - samplers draw by inverse CDF from one uniform per row, the numpy and the torch version
-  alike, so the two can be compared draw for draw.
+  alike, so the two can be compared draw for draw;
+- a compiled loop (numba) that sums a row sums it in numpy's own order (``pairwise_sum``),
+  so it gives what the numpy expression it replaces gave, bit for bit.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 
 SUM_TOLERANCE = 1e-6
+PAIRWISE_BLOCK = 128  # numpy's pairwise summation sums blocks of up to this many values directly
 
 
 class ZeroResidualError(ArithmeticError):
@@ -45,9 +49,10 @@ def as_distributions(name: str, probs, vocab_size: int | None = None) -> np.ndar
         array = array[None, :]
     if array.ndim != 2 or array.shape[1] == 0 or array.shape[0] == 0:
         raise ValueError(f"{name}: expected shape [batch, vocab] or [vocab], got {array.shape}")
-    if not np.all(np.isfinite(array)):
+    problem = entries_problem(np.ascontiguousarray(array))
+    if problem == NOT_FINITE:
         raise ValueError(f"{name}: contains NaN or infinite values")
-    if np.any(array < 0):
+    if problem == NEGATIVE:
         raise ValueError(f"{name}: contains negative probabilities (min {array.min():.3g})")
     sums = array.sum(axis=1)
     worst = np.max(np.abs(sums - 1.0))
@@ -61,6 +66,22 @@ def as_distributions(name: str, probs, vocab_size: int | None = None) -> np.ndar
             f"{name}: vocabulary size {array.shape[1]} differs from the target's {vocab_size}"
         )
     return array / sums[:, None]
+
+
+NOT_FINITE, NEGATIVE = 1, 2  # what ``entries_problem`` finds wrong
+
+
+@njit(cache=True)
+def entries_problem(array):
+    """``NOT_FINITE`` when an entry is NaN or ±inf, else ``NEGATIVE`` when one is below 0,
+    else 0: one pass over the entries.  # [batch, vocab] float64 -> int"""
+    finite, negative = True, False
+    for value in array.flat:
+        finite &= np.isfinite(value)
+        negative |= value < 0.0
+    if not finite:
+        return NOT_FINITE
+    return NEGATIVE if negative else 0
 
 
 def as_target_and_draft(target_probs, draft_probs) -> tuple[np.ndarray, np.ndarray]:
@@ -167,11 +188,13 @@ def sample_from(probs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
 
 def top_tokens(draft_probs, count: int):
     """The ``count`` most probable tokens per row, most probable first, ties to the lower
-    id, in O(V): top-k finds the count-th largest value, ties at it are filled in id
-    order. Takes and returns numpy arrays or torch tensors alike (one implementation:
-    a numpy row is viewed as a tensor without a copy).  # [batch, vocab] -> [batch, count]"""
+    id, without sorting the row: numpy rows in one pass keeping the ``count`` best
+    (``most_probable``); torch tensors (the engine's, on any device) by top-k, which finds
+    the count-th largest value, ties at it filled in id order.  # [batch, vocab] -> [batch, count]"""
     if isinstance(draft_probs, np.ndarray):
-        return top_tokens(torch.from_numpy(np.ascontiguousarray(draft_probs)), count).numpy()
+        if count > draft_probs.shape[-1]:
+            raise ValueError(f"count: {count} tokens asked of a vocabulary of {draft_probs.shape[-1]}")
+        return most_probable(np.ascontiguousarray(draft_probs, dtype=np.float64), count)
     if count == 0:
         return torch.zeros((draft_probs.shape[0], 0), dtype=torch.long, device=draft_probs.device)
     if count < draft_probs.shape[-1]:
@@ -189,6 +212,98 @@ def top_tokens(draft_probs, count: int):
     tokens = torch.nonzero(chosen)[:, 1].view(-1, count)  # id order within each row
     order = torch.sort(draft_probs.gather(1, tokens), dim=-1, descending=True, stable=True).indices
     return tokens.gather(1, order)
+
+
+@njit(cache=True)
+def most_probable(probs, count):
+    """``top_tokens`` of numpy rows: one pass per row over the tokens in id order, keeping the
+    ``count`` best so far sorted by (probability descending, id ascending); a token enters
+    only when strictly more probable than the last kept (an equal one has the higher id).
+    O(V) where few tokens enter, O(V·count) at worst. Rows without NaN.
+    # [batch, vocab] float64, count -> [batch, count] int64"""
+    batch, vocab_size = probs.shape
+    tokens = np.empty((batch, count), dtype=np.int64)
+    values = np.empty(count)
+    for row in range(batch):
+        kept = 0
+        for token in range(vocab_size):
+            value = probs[row, token]
+            if kept < count:
+                slot = kept
+                kept += 1
+            elif count > 0 and value > values[count - 1]:
+                slot = count - 1
+            else:
+                continue
+            while slot > 0 and value > values[slot - 1]:
+                values[slot], tokens[row, slot] = values[slot - 1], tokens[row, slot - 1]
+                slot -= 1
+            values[slot], tokens[row, slot] = value, token
+    return tokens
+
+
+@njit(cache=True)
+def pairwise_sum(values, start, stop):
+    """Σ values[start:stop] (a float64 vector) in numpy's own order, so that a compiled loop
+    sums a row bit for bit as ``ndarray.sum`` does: numpy halves a run (the first half a
+    multiple of 8 long) down to blocks of at most ``PAIRWISE_BLOCK`` values (``block_sum``)
+    and adds the halves' sums. The halving runs on an explicit stack: a cached kernel
+    calling a recursive one fails to link. Numba invalidates a cached kernel by its own
+    file only: after changing this function or ``block_sum``, delete the cached kernels
+    that call them (``drafts.greedy``'s ``__pycache__/*.nb[ic]``), which would otherwise
+    run the old code.  # [vocab], int, int -> float"""
+    first, last = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)  # a run per level: 2^64 values
+    left, left_done = np.empty(64), np.zeros(64, dtype=np.bool_)
+    depth, first[0], last[0] = 0, start, stop
+    while True:
+        if last[depth] - first[depth] > PAIRWISE_BLOCK:  # descend into the first half
+            first[depth + 1], last[depth + 1] = first[depth], _first_half_end(first[depth], last[depth])
+            depth += 1
+            left_done[depth] = False
+            continue
+        total = block_sum(values, first[depth], last[depth])
+        while depth > 0:  # climb while the run summed is a second half
+            depth -= 1
+            if not left_done[depth]:  # it was a first half: keep it, sum the second
+                left[depth], left_done[depth] = total, True
+                first[depth + 1], last[depth + 1] = _first_half_end(first[depth], last[depth]), last[depth]
+                depth += 1
+                left_done[depth] = False
+                break
+            total = left[depth] + total
+        else:
+            return total
+
+
+@njit(cache=True)
+def _first_half_end(start, stop):
+    half = (stop - start) // 2
+    return start + half - half % 8
+
+
+@njit(cache=True)
+def block_sum(values, start, stop):
+    """numpy's sum of a run of at most ``PAIRWISE_BLOCK`` values: from 8 on, eight
+    accumulators taking every eighth value, added as ((a + b) + (c + d)) + ((e + f) + (g + h)),
+    then the leftover values in turn; fewer than 8 in turn from −0.0. Read as a slice and
+    eights of it, so that every index counts from 0 (a faster compiled loop).
+    # [vocab], int, int -> float"""
+    run = values[start:stop]
+    if run.size < 8:
+        total = -0.0
+        for value in run:
+            total += value
+        return total
+    a, b, c, d, e, f, g, h = run[0], run[1], run[2], run[3], run[4], run[5], run[6], run[7]
+    whole = run.size - run.size % 8
+    for first in range(8, whole, 8):
+        eight = run[first : first + 8]
+        a, b, c, d = a + eight[0], b + eight[1], c + eight[2], d + eight[3]
+        e, f, g, h = e + eight[4], f + eight[5], g + eight[6], h + eight[7]
+    total = ((a + b) + (c + d)) + ((e + f) + (g + h))
+    for value in run[whole:]:
+        total += value
+    return total
 
 
 # -- torch twins -------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from scipy import stats
 
 from instances import random_pair
 from specbound.drafts import DRAFT_SCHEMES, get_draft_scheme
+from specbound.drafts.greedy import greedy_optimum, restricted_draft
+from specbound.probability import top_tokens
 
 SIGNIFICANCE = 1e-3
 SCHEMES_AND_N = [("with_replacement", 2), ("without_replacement", 3), ("greedy", 3), ("spechub", 2)]
@@ -74,6 +76,41 @@ def test_greedy_breaks_ties_towards_the_lower_token():
     assert set(map(tuple, tuples[:, :2].tolist())) == {(1, 2)}
     torch_top = get_draft_scheme("greedy").sample_torch(torch.tensor(draft[None]), 3, torch.Generator().manual_seed(0))
     assert torch_top[0, :2].tolist() == [1, 2]
+
+
+def test_greedy_optimum_is_its_numpy_formula_bit_for_bit(rng):
+    """The compiled closed form gives what the formula gives in numpy, to the last bit, with
+    its certificate: rows with ties and zeros, long rows (sums over several pairwise levels)
+    and top sets of up to 5 tokens (their target mass summed in numpy's order too)."""
+    for vocab, num_drafts in [(5, 2), (40, 3), (300, 4), (5000, 6), (70_000, 6)]:
+        draft = rng.dirichlet(np.full(vocab, 0.3), size=4)
+        levels = rng.integers(0, 4, vocab)  # ties and zeros, but n tokens of positive probability
+        levels[:num_drafts] = np.maximum(levels[:num_drafts], 1)
+        draft[0] = levels / levels.sum()
+        target = rng.dirichlet(np.full(vocab, 0.3), size=4)
+        top = top_tokens(draft, num_drafts - 1)
+        np.put_along_axis(target[2:], top[2:], rng.random((2, num_drafts - 1)), axis=1)  # p(T) of its own order
+        target[2:] /= target[2:].sum(axis=1, keepdims=True)
+        target[1] = restricted_draft(draft, top)[1][1]  # p = q′: no loss, an empty certificate
+        optimum = greedy_optimum(target, draft, top)
+        in_top, rest_draft = restricted_draft(draft, top)
+        shortfall = np.where(in_top, 0.0, np.maximum(rest_draft - target, 0.0))
+        loss = shortfall.sum(axis=1) - np.where(in_top, target, 0.0).sum(axis=1)
+        assert optimum.acceptance.tolist() == (1.0 - np.maximum(loss, 0.0)).tolist()
+        np.testing.assert_array_equal(optimum.optimal_subset, (in_top | (shortfall > 0)) & (loss > 0)[:, None])
+        assert not optimum.optimal_subset[1].any()
+
+
+def test_with_replacement_all_in_mass_is_the_running_sum_to_the_n_bit_for_bit(rng):
+    """Q(H_k) = q(H_k)^n from the compiled pass is numpy's running sum times itself n − 1
+    times, to the last bit."""
+    draft = rng.dirichlet(np.full(20_000, 0.3), size=3)
+    inside = np.zeros((3, 20_001))
+    np.cumsum(draft, axis=1, out=inside[:, 1:])
+    expected = inside.copy()
+    for num_drafts in range(1, 7):
+        assert get_draft_scheme("with_replacement").all_in_mass(draft, num_drafts).tolist() == expected.tolist()
+        expected *= inside
 
 
 def test_a_joint_law_beyond_its_tuple_limit_is_refused_saying_the_limit_and_what_fits(monkeypatch):

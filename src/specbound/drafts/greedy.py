@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 
 from specbound.bounds import OptimalAcceptance
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
-from specbound.probability import sample_from, sample_from_torch, top_tokens, uniforms_torch, zeroed
+from specbound.probability import pairwise_sum, sample_from, sample_from_torch, top_tokens, uniforms_torch, zeroed
 
 
 def restricted_draft(draft: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,16 +34,48 @@ def restricted_draft(draft: np.ndarray, top: np.ndarray) -> tuple[np.ndarray, np
 
 
 def greedy_optimum(target: np.ndarray, draft: np.ndarray, top: np.ndarray) -> OptimalAcceptance:
-    """α* = p(T) + Σ_{x∉T} min(p(x), q′(x)) for the draft set T ∪ {x ~ q′} [HU]; the
-    certificate H* = T ∪ {x ∉ T : p(x) < q′(x)} (∅ when that gives no loss), since the
-    subset formula gives 1 + p(T) − Σ_{x∉T} (q′ − p)+ there.
-    # target, draft [batch, vocab], top [batch, n−1] -> OptimalAcceptance"""
-    in_top, rest_draft = restricted_draft(draft, top)
-    shortfall = np.where(in_top, 0.0, np.maximum(rest_draft - target, 0.0))
-    loss = shortfall.sum(axis=1) - np.where(in_top, target, 0.0).sum(axis=1)
-    acceptance = 1.0 - np.maximum(loss, 0.0)
-    subset = (in_top | (shortfall > 0)) & (loss > 0)[:, None]
+    """α* = p(T) + Σ_{x∉T} min(p(x), q′(x)) for the draft set T ∪ {x ~ q′} [HU] and its
+    certificate (``greedy_closed_form``).  # target, draft [batch, vocab], top [batch, n−1] -> OptimalAcceptance"""
+    subset = np.empty(draft.shape, dtype=bool)
+    acceptance = greedy_closed_form(np.ascontiguousarray(target, dtype=np.float64),
+                                    np.ascontiguousarray(draft, dtype=np.float64),
+                                    np.ascontiguousarray(top, dtype=np.int64), subset)
     return OptimalAcceptance(acceptance, subset)
+
+
+@njit(cache=True, error_model="numpy")
+def greedy_closed_form(target, draft, top, subset):
+    """Per row, α* = 1 − (Σ_{x∉T} (q′(x) − p(x))+ − p(T))+ with q′ = q·1[∉T]/Σ_{y∉T} q(y)
+    (the rest summed, not 1 − q(T)), and the certificate H* = T ∪ {x ∉ T : p(x) < q′(x)}
+    written into ``subset`` (∅ where that gives no loss), since the subset formula gives
+    1 + p(T) − Σ_{x∉T} (q′ − p)+ there. One elementwise pass and three sums, each in
+    numpy's order (``probability.pairwise_sum``): the values of the numpy expression of
+    these formulas, bit for bit.
+    # target, draft [batch, vocab], top [batch, n−1] int64, subset (out) [batch, vocab] bool -> [batch]"""
+    batch, vocab_size = draft.shape
+    acceptance = np.empty(batch)
+    rest, shortfall, top_target = np.empty(vocab_size), np.empty(vocab_size), np.zeros(vocab_size)
+    for row in range(batch):
+        target_row, subset_row = target[row], subset[row]
+        rest[:] = draft[row]
+        for token in top[row]:
+            rest[token] = 0.0
+        rest_mass = pairwise_sum(rest, 0, vocab_size)
+        for token in range(vocab_size):
+            gap = rest[token] / rest_mass - target_row[token]
+            shortfall[token] = gap if gap >= 0.0 or gap != gap else 0.0  # np.maximum(gap, 0.0)
+            subset_row[token] = gap > 0.0
+        for token in top[row]:
+            shortfall[token] = 0.0
+            top_target[token] = target_row[token]
+            subset_row[token] = True
+        loss = pairwise_sum(shortfall, 0, vocab_size) - pairwise_sum(top_target, 0, vocab_size)
+        for token in top[row]:
+            top_target[token] = 0.0
+        if not loss > 0.0:
+            subset_row[:] = False
+        acceptance[row] = 1.0 - (loss if loss >= 0.0 or loss != loss else 0.0)
+    return acceptance
 
 
 @register_scheme

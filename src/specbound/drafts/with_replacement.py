@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from numba import njit
 
-from specbound.bounds.subset import prefix_sums
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import sample_from, sample_from_torch, uniforms_torch
 
@@ -37,8 +37,22 @@ class WithReplacement(DraftScheme):
         return np.array(tuples, dtype=np.int64), np.array(probs)
 
     def all_in_mass(self, draft_in_order, num_drafts):
-        inside = prefix_sums(draft_in_order)
-        mass = inside.copy()
-        for _ in range(num_drafts - 1):  # repeated products: float ** int is a slow pow()
-            mass *= inside
-        return mass
+        return all_in_power(np.ascontiguousarray(draft_in_order, dtype=np.float64), num_drafts)
+
+
+@njit(cache=True)
+def all_in_power(draft_in_order, num_drafts):
+    """Q(H_k) = q(H_k)^n on every prefix H_k of each row's order, k = 0..V, in one pass:
+    q(H_k) summed in order (``subset.prefix_sums``' running sum), raised by n − 1 repeated
+    products (float ** int is a slow pow()).  # [rows, vocab] float64, int -> [rows, vocab + 1]"""
+    rows, vocab_size = draft_in_order.shape
+    mass = np.empty((rows, vocab_size + 1))
+    for row in range(rows):
+        mass[row, 0] = inside = 0.0
+        for token in range(vocab_size):
+            inside += draft_in_order[row, token]
+            power = inside
+            for _ in range(num_drafts - 1):
+                power *= inside
+            mass[row, token + 1] = power
+    return mass
