@@ -11,6 +11,7 @@ the same statistic against a wrong model of the engine, which it must reject.
 """
 
 import math
+from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
@@ -322,3 +323,9 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
         np.testing.assert_array_equal(tails, alone[0])
         assert {method: list(values) for method, values in acceptance.items()} == alone[1]
         assert missing == alone[2] and list(missing) == ["rrs_without_replacement"]
+    # collected, the pool stops and joins its workers and releases its block
+    workers, name = list(study._pool.executor._processes.values()), study._pool.blocks[0].name
+    study._pool = None
+    assert not any(worker.is_alive() for worker in workers)
+    with pytest.raises(FileNotFoundError):
+        shared_memory.SharedMemory(name=name)

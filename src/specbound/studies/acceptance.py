@@ -280,13 +280,14 @@ class ExactPool:
     costs no page faults) and hands out tasks of ``POSITIONS_PER_TASK`` consecutive
     positions, each to whichever worker is free: a position's cost varies several-fold with
     how many tokens its tail cut keeps, and fixed shares left one worker idle while the other
-    finished. The block is released when the pool is collected or the interpreter exits."""
+    finished. When the pool is collected, or at the latest when the interpreter exits, the
+    workers are stopped and joined and the block released (``_shut_down``)."""
 
     def __init__(self, workers: int):
         self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                             initializer=_worker_setup)
-        self.block = None
-        self._release = None
+        self.blocks: list[shared_memory.SharedMemory] = []  # the block in use (none before the first unit)
+        weakref.finalize(self, _shut_down, self.executor, self.blocks)
 
     def exact(self, methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
         """``unit_exact_part`` of the rows, computed by the workers.  # [positions, vocab] x2"""
@@ -296,7 +297,7 @@ class ExactPool:
         del rows  # the block must export no buffer when it is replaced or released
         tasks = [slice(start, start + POSITIONS_PER_TASK) for start in range(0, shape[1], POSITIONS_PER_TASK)]
         parts = list(self.executor.map(
-            _shared_exact_part, [self.block.name] * len(tasks), [shape] * len(tasks), tasks,
+            _shared_exact_part, [self.blocks[0].name] * len(tasks), [shape] * len(tasks), tasks,
             [methods] * len(tasks), [counts] * len(tasks), [tail_budget] * len(tasks)))
         exact = {}
         for num_drafts in counts:
@@ -313,17 +314,25 @@ class ExactPool:
         """A float64 view of ``shape`` at the start of the block, which is replaced by a larger
         one when it is too small.  # -> [2, positions, vocab]"""
         size = int(np.prod(shape)) * np.dtype(np.float64).itemsize
-        if self.block is None or self.block.size < size:
-            if self._release is not None:
-                self._release()
-            self.block = shared_memory.SharedMemory(create=True, size=size)
-            self._release = weakref.finalize(self, _release_block, self.block)
-        return np.ndarray(shape, np.float64, buffer=self.block.buf)
+        if not self.blocks or self.blocks[0].size < size:
+            _release(self.blocks)
+            self.blocks.append(shared_memory.SharedMemory(create=True, size=size))
+        return np.ndarray(shape, np.float64, buffer=self.blocks[0].buf)
 
 
-def _release_block(block: shared_memory.SharedMemory) -> None:
-    block.close()
-    block.unlink()
+def _shut_down(executor: ProcessPoolExecutor, blocks: list) -> None:
+    """Stop and join the workers, then release the block. Joined here, not left to the
+    executor's own exit hook: an executor collected as the interpreter exits races that
+    hook, which can then write to a closed pipe (seen with CPython 3.11)."""
+    executor.shutdown()
+    _release(blocks)
+
+
+def _release(blocks: list) -> None:
+    for block in blocks:
+        block.close()
+        block.unlink()
+    blocks.clear()
 
 
 def _shared_exact_part(name, shape, positions, methods, counts, tail_budget):
