@@ -105,6 +105,19 @@ def test_cut_tails_keeps_the_reference_cut_on_edge_cases(pair, budget, flat):
         assert cut.dropped_draft == pytest.approx(dropped_draft, rel=1e-12, abs=1e-300)
 
 
+@pytest.mark.parametrize("budget", [2.0**-14, 3 * 2.0**-16, 1e-4, 2.0**-9])
+def test_cut_tails_keeps_the_reference_cut_where_masses_are_powers_of_two(rng, budget):
+    """Masses 2^-k lie on an octave's lower edge, where the cut's threshold falls: the cut
+    keeps the octave it does not drop whole, as the reference does."""
+    masses = np.concatenate([2.0 ** -np.arange(1, 25), [2.0**-24]])  # sums to 1 exactly
+    for _ in range(5):
+        target, draft = rng.permutation(masses), rng.permutation(masses)
+        for count, cut in cut_tails(target, draft, budget, [1, 2, 3, 4, 6]).items():
+            kept, dropped_target, dropped_draft = reference_cut(target, draft, budget, count)
+            np.testing.assert_array_equal(cut.tokens, np.flatnonzero(kept))
+            assert (cut.dropped_target, cut.dropped_draft) == (dropped_target, dropped_draft)
+
+
 @settings(max_examples=40, deadline=None)
 @given(pair=distribution_pairs(max_vocab=40), budget=st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 0.5]), flat=st.booleans())
 def test_scan_guesses_give_each_cuts_scan_order(pair, budget, flat):

@@ -2,10 +2,12 @@
 (``kseq_scale_of``) returns the plain bisection's ρ* bit for bit, on generated rows with ties,
 zeros, p/q beyond float64's range and β = 0, and on long heavy-tailed rows where most steps
 are decided from the scan order; at ρ* p_acc < ρβ; the scan-order β stays within its
-stated bound; numpy sums a row pairwise, as that bound assumes.
+stated bound; the pass's compiled comparison is numpy's or left to it; the compiled exact
+acceptance is its formula evaluated exactly.
 Letters: p = target, q = draft (SPEC.md §0)."""
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from edge_cases import PAIR_KINDS, distribution_pairs
 from specbound.bounds.rows import RowPairs
 from specbound.verifiers import get_verifier
-from specbound.verifiers.kseq import ScanBeta, kseq_scale, kseq_scale_of
+from specbound.verifiers.kseq import far_estimate, kseq_scale, kseq_scale_of, near_estimate, near_form, pass_decision
 
 COUNTS = (1, 2, 3, 4, 6)
 
@@ -116,47 +118,70 @@ def test_scan_beta_is_within_its_bound(seed):
     exactly (``math.fsum``; each term's own rounding is ≤ u of it)."""
     target, draft = heavy_tailed_pair(seed)
     rows = RowPairs.checked(target, draft)
+    in_order = (rows.target_in_scan_order[0], rows.draft_in_scan_order[0])
     rng = np.random.default_rng(seed)
+    narrowed = 0
     for scale in 1.0 + 5.0 * rng.random(40):
-        scan = ScanBeta(rows, 0)
-        for narrowed in (False, True):
-            if narrowed and not scan._narrow(scale, scale):
-                continue
-            beta, error = scan._estimate(scale)
-            exact = math.fsum(np.minimum(rows.target[0] / scale, rows.draft[0]))
+        exact = math.fsum(np.minimum(rows.target[0] / scale, rows.draft[0]))
+        estimates = [far_estimate(*in_order, rows.target_inside[0], rows.draft_inside[0], scale)]
+        near = near_form(*in_order, scale, scale)
+        if near[0] >= 0:
+            estimates.append(near_estimate(*in_order, near, scale))
+            narrowed += 1
+        for beta, error in estimates:
             assert abs(beta - exact) <= error + 2 * np.finfo(float).eps * exact
+    assert narrowed == 40
 
 
-def pairwise_sum(values):
-    """numpy's pairwise summation (``pairwise_sum`` in numpy's loops_utils.h.src): blocks of at most
-    128 values summed in 8 running sums, halved above that at a multiple of 8."""
-    if len(values) < 8:
-        total = 0.0
-        for value in values:
-            total += value
-        return total
-    if len(values) <= 128:
-        running = list(values[:8])
-        stop = len(values) - len(values) % 8
-        for start in range(8, stop, 8):
-            running = [total + value for total, value in zip(running, values[start : start + 8])]
-        left = (running[0] + running[1]) + (running[2] + running[3])
-        total = left + ((running[4] + running[5]) + (running[6] + running[7]))
-        for value in values[stop:]:
-            total += value
-        return total
-    half = len(values) // 2
-    half -= half % 8
-    return pairwise_sum(values[:half]) + pairwise_sum(values[half:])
+def test_pass_decision_is_numpys_comparison():
+    """The pass's comparison 1 − (1 − β)ⁿ ≥ ρβ as numpy makes it (its own pow()), also where
+    ρβ is within ulps of 1 − (1 − β)ⁿ: decided alike, or left to numpy's power (only there)."""
+    rng = np.random.default_rng(5)
+    for num_drafts in COUNTS:
+        left = 0
+        for beta in np.concatenate([rng.random(300), 1.0 - rng.random(100) * 1e-3, rng.random(100) * 1e-3]):
+            at_root = 1.0 - ((1.0 - np.array([beta])) ** num_drafts)[0]  # ρβ there: the comparison's edge
+            for offset in range(-12, 13):
+                product = at_root
+                for _ in range(abs(offset)):
+                    product = np.nextafter(product, np.inf * offset)
+                scale = np.array([product / beta])
+                expected = bool(1.0 - (1.0 - np.array([beta])) ** num_drafts >= scale * beta)
+                decision = pass_decision(beta, scale[0], num_drafts)
+                left += decision < 0
+                assert decision < 0 or decision == expected
+        assert left == 0 if num_drafts <= 2 else 0 < left < 500 * 25 / 2
 
 
-@pytest.mark.parametrize("vocab", [5, 100, 1000, 70001])
-def test_numpy_sums_a_row_pairwise(vocab):
-    """The error bound the scan-order bisection relies on (``_pairwise_additions``) is that
-    of numpy's pairwise sum along a contiguous row, which is what ``.sum(-1)`` computes here."""
-    rng = np.random.default_rng(vocab)
-    rows = rng.random((2, vocab)) ** 8
-    assert rows.sum(-1)[1] == pairwise_sum(rows[1].tolist())
+def acceptance_formula(target, draft, scale, num_drafts) -> float:
+    """α = p_acc + (1 − β)ⁿ Σ_y r(y)(1 − (1 − w(y))ⁿ) at ``scale``, exactly (``Fraction``)."""
+    p, q = ([Fraction(x) for x in row] for row in (target, draft))
+    accepted = [min(p_y / Fraction(scale), q_y) for p_y, q_y in zip(p, q)]
+    beta = sum(accepted)
+    none_accepted = (1 - beta) ** num_drafts
+    leftover = [max(p_y - (1 - none_accepted) / beta * a_y, Fraction(0)) for p_y, a_y in zip(p, accepted)]
+    rejected = [(q_y - a_y) / (1 - beta) for q_y, a_y in zip(q, accepted)]  # w
+    hits = sum(r_y * (1 - (1 - w_y) ** num_drafts) for r_y, w_y in zip(leftover, rejected)) / sum(leftover)
+    return float(1 - none_accepted + none_accepted * hits)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kseq_acceptance_is_its_formula(seed):
+    """The compiled acceptance is within a few ulps of its formula evaluated exactly from the
+    same float rows, at ρ* and at scales above it: at ρ* the residual and a rejected draft's
+    law barely overlap (the residual is where ρ*q < p, up to rounding), above it they do."""
+    rng = np.random.default_rng(seed)
+    target, draft = rng.dirichlet(np.full(100, 0.3), size=2)  # little overlap: (1 − β)ⁿ weighs in
+    target[:10] = 0.0  # tokens only the draft proposes: their w(y) is all of q
+    target /= target.sum()
+    kseq = get_verifier("kseq")
+    rows = RowPairs.checked(target, draft)
+    for num_drafts in COUNTS:
+        root = kseq_scale_of(rows, num_drafts)[0]
+        for scale in (root, 0.5 * (root + num_drafts) + 0.5, num_drafts + 1.0):
+            computed = kseq._acceptance_rate(rows.target, rows.draft, num_drafts, np.array([scale]))[0]
+            exact = acceptance_formula(rows.target[0], rows.draft[0], scale, num_drafts)
+            assert computed == pytest.approx(exact, rel=0, abs=8 * np.finfo(float).eps)
 
 
 def test_torch_scale_equals_the_numpy_scale():

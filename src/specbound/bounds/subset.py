@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 MAX_BRUTEFORCE_VOCAB = 16
 MAX_BRUTEFORCE_ENTRIES = 20_000_000  # 2^V subsets x K draft tuples
 SCAN_ROW_BLOCK = 4  # rows scanned together: larger blocks fall out of cache at V ~ 150k
+MAX_RADIX_BITS = 16  # bits per pass of the scan order's radix sort: 4 passes at V ~ 150k (12 bits: 6, slower)
 PRUNING_MARGIN = 1e-12  # above the rounding of the gaps and their bounds (running sums of ≤ 1)
 
 
@@ -72,11 +74,10 @@ def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray, guess: np.ndar
     """Tokens sorted by p/q ascending: p = 0 < q first (ratio 0), q = 0 last (ratio ∞).
 
     Tokens with p = q = 0 (ratio NaN) go last too; they change neither p(H) nor Q(H).
-    Equal ratios keep token-id order. For speed the ratio's bit pattern (monotone for
-    non-negative floats, NaN above ∞) has its low bits replaced by the token id and is
-    value-sorted; ratios that this truncation merged are put back in exact order. A row
-    where p/q overflows (q subnormal) is sorted by the exact ratio instead
-    (``_exact_scan_order``): an overflowed ratio is no ∞, it comes before the tokens of q = 0.
+    Equal ratios keep token-id order: the order is that of (p/q, token id), sorted by the
+    ratio's bits (monotone for non-negative floats, NaN above ∞) in ``sort_by_ratio``. A row where p/q overflows (q subnormal) is sorted by the exact ratio
+    instead (``_exact_scan_order``): an overflowed ratio is no ∞, it comes before the tokens
+    of q = 0. Rows are taken in float64.
 
     ``guess``: an order that is likely this one (a wider row's scan order restricted to
     these tokens, ``restricted_order``), taken for every row where it is a permutation
@@ -84,53 +85,124 @@ def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray, guess: np.ndar
     — and sorted as above where it is not. The result is the same with or without it.
     # [batch, vocab] x2, guess [batch, vocab] int or None -> [batch, vocab] int
     """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = target_probs / draft_probs
-    overflowed = np.isinf(ratio) & (draft_probs > 0)
+    target_probs = np.ascontiguousarray(target_probs, dtype=np.float64)
+    draft_probs = np.ascontiguousarray(draft_probs, dtype=np.float64)
+    taken = _sorts_the_ratios(target_probs, draft_probs, guess)
+    if taken.size and taken.all():
+        return np.ascontiguousarray(guess, dtype=np.int64)
+    order = np.empty(target_probs.shape, dtype=np.int64)
+    if taken.any():
+        order[taken] = guess[taken]
+    overflowed = sort_by_ratio(target_probs, draft_probs, ~taken, order)
     if overflowed.any():
-        order = np.empty(ratio.shape, dtype=np.int64)
-        rows = overflowed.any(axis=1)
-        order[rows] = _exact_scan_order(target_probs[rows], draft_probs[rows])
-        if not rows.all():
-            order[~rows] = scan_order(target_probs[~rows], draft_probs[~rows], None if guess is None else guess[~rows])
-        return order
-    ratio += 0.0  # turns −0.0 into +0.0
-    ratio_bits = ratio.view(np.uint64)
-    if guess is not None:
-        confirmed = _sorts_the_ratios(ratio_bits, guess)
-        if confirmed.all():
-            return guess.astype(np.int64, copy=False)
-        if confirmed.any():
-            order = np.empty(ratio.shape, dtype=np.int64)
-            order[confirmed] = guess[confirmed]
-            order[~confirmed] = scan_order(target_probs[~confirmed], draft_probs[~confirmed])
-            return order
-    vocab_size = ratio.shape[1]
-    index_mask = np.uint64((1 << max(1, (vocab_size - 1).bit_length())) - 1)
-    keys = np.bitwise_and(ratio_bits, ~index_mask)  # in place below: fresh arrays are slow
-    np.bitwise_or(keys, np.arange(vocab_size, dtype=np.uint64), out=keys)
-    keys.sort(axis=1)
-    np.bitwise_and(keys, index_mask, out=keys)
-    order = keys.view(np.int64)  # token ids < 2^63
-    bits_in_order = in_order(ratio_bits, order)
-    if np.any(bits_in_order[:, 1:] < bits_in_order[:, :-1]):
-        order = np.take_along_axis(order, np.argsort(bits_in_order, axis=1, kind="stable"), axis=1)
+        order[overflowed] = _exact_scan_order(target_probs[overflowed], draft_probs[overflowed])
     return order
 
 
-def _sorts_the_ratios(ratio_bits: np.ndarray, guess: np.ndarray) -> np.ndarray:
-    """Per row: do (ratio bits, token id) rise strictly along ``guess``? Then it is the scan
-    order (``scan_order`` sorts by exactly that): a token's pair is its own, so strictly
-    rising pairs are distinct tokens, all V of them.
-    # [batch, vocab] uint64, [batch, vocab] int -> [batch] bool"""
-    batch, vocab_size = ratio_bits.shape
-    if guess.shape != ratio_bits.shape or not np.issubdtype(guess.dtype, np.integer):
-        return np.zeros(batch, dtype=bool)
-    if guess.size and (guess.min() < 0 or guess.max() >= vocab_size):
-        return np.zeros(batch, dtype=bool)
-    bits = in_order(ratio_bits, guess)
-    rising = (bits[:, 1:] > bits[:, :-1]) | ((bits[:, 1:] == bits[:, :-1]) & (guess[:, 1:] > guess[:, :-1]))
-    return rising.all(axis=1)
+def _sorts_the_ratios(target_probs: np.ndarray, draft_probs: np.ndarray, guess: np.ndarray | None) -> np.ndarray:
+    """Per row: is ``guess`` an order along which (ratio bits, token id) rise strictly
+    (``follows_the_ratios``)? Then it is the scan order. False for every row where it has
+    another shape or is not integer. # [batch, vocab] x2, [batch, vocab] int -> [batch] bool"""
+    if guess is None or guess.shape != target_probs.shape or not np.issubdtype(guess.dtype, np.integer):
+        return np.zeros(target_probs.shape[0], dtype=bool)
+    return follows_the_ratios(target_probs, draft_probs, np.ascontiguousarray(guess, dtype=np.int64))
+
+
+@njit(cache=True, error_model="numpy")
+def follows_the_ratios(target, draft, order):
+    """Per row: do (p/q, token id) rise strictly along ``order`` (NaN above every ratio,
+    equal to NaN), every id inside the row, and no ratio overflow? Strictly rising pairs are
+    distinct tokens, all V of them: the order is the permutation that sorts the row by them,
+    the scan order. (For non-negative floats the order of the values is that of the bits
+    ``sort_by_ratio`` sorts.)
+    # [batch, vocab] x2, [batch, vocab] int -> [batch] bool"""
+    batch, vocab_size = target.shape
+    follows = np.zeros(batch, dtype=np.bool_)
+    ratios = np.empty(vocab_size)
+    for row in range(batch):
+        overflowed = False
+        for token in range(vocab_size):
+            ratios[token] = target[row, token] / draft[row, token]
+            overflowed |= ratios[token] == np.inf and draft[row, token] > 0
+        if overflowed:
+            continue
+        previous_ratio, previous_token = -1.0, -1
+        for place in range(vocab_size):
+            token = order[row, place]
+            if token < 0 or token >= vocab_size:
+                break
+            ratio = ratios[token]
+            if previous_ratio != previous_ratio:  # NaN: only NaN, by id, may follow
+                rising = ratio != ratio and token > previous_token
+            else:
+                tied = ratio == previous_ratio and token > previous_token
+                rising = ratio != ratio or ratio > previous_ratio or tied
+            if not rising:
+                break
+            previous_ratio, previous_token = ratio, token
+        else:
+            follows[row] = True
+    return follows
+
+
+@njit(cache=True, error_model="numpy")
+def sort_by_ratio(target, draft, rows, order):
+    """Writes into ``order`` each selected row's tokens sorted by (p/q, token id), p/q by its
+    bits (p/q + 0, −0 made +0; NaN as the largest key); True for a row where p/q overflowed
+    (∞ with q > 0), whose order is then left to the exact sort.
+
+    A least-significant-digit radix sort of the keys with their tokens, about log2(V) bits
+    at a time (at most ``MAX_RADIX_BITS``; a digit that all keys share is skipped): every
+    pass is stable and the tokens start in id order, so equal keys stay in id order.
+    # [batch, vocab] x2, [batch] bool, writes [batch, vocab] int -> [batch] bool"""
+    batch, vocab_size = target.shape
+    overflowed = np.zeros(batch, dtype=np.bool_)
+    if vocab_size == 0:
+        return overflowed
+    digit_bits = 8
+    while digit_bits < MAX_RADIX_BITS and (2 << digit_bits) < vocab_size:  # ~V buckets: few passes, tables in cache
+        digit_bits += 1
+    digits = (64 + digit_bits - 1) // digit_bits
+    digit_mask = np.uint64((1 << digit_bits) - 1)
+    ratios = np.empty(vocab_size)
+    keys, spare_keys = ratios.view(np.uint64), np.empty(vocab_size, dtype=np.uint64)
+    tokens, spare_tokens = np.empty(vocab_size, dtype=np.int32), np.empty(vocab_size, dtype=np.int32)  # V < 2^31
+    counts = np.empty((digits, 1 << digit_bits), dtype=np.int32)
+    for row in range(batch):
+        if not rows[row]:
+            continue
+        counts[:] = 0
+        for token in range(vocab_size):
+            ratio = target[row, token] / draft[row, token] + 0.0
+            ratios[token] = ratio
+            if ratio != ratio:
+                keys[token] = np.uint64(0xFFFFFFFFFFFFFFFF)
+            elif ratio == np.inf and draft[row, token] > 0:
+                overflowed[row] = True
+            tokens[token] = token
+            for digit in range(digits):
+                counts[digit, (keys[token] >> np.uint64(digit * digit_bits)) & digit_mask] += 1
+        if overflowed[row]:
+            continue
+        source_keys, source_tokens, sorted_keys, sorted_tokens = keys, tokens, spare_keys, spare_tokens
+        for digit in range(digits):
+            shift = np.uint64(digit * digit_bits)
+            if counts[digit, (source_keys[0] >> shift) & digit_mask] == vocab_size:
+                continue
+            start = 0
+            for value in range(1 << digit_bits):
+                size = counts[digit, value]
+                counts[digit, value] = start
+                start += size
+            for place in range(vocab_size):
+                value = (source_keys[place] >> shift) & digit_mask
+                sorted_keys[counts[digit, value]] = source_keys[place]
+                sorted_tokens[counts[digit, value]] = source_tokens[place]
+                counts[digit, value] += 1
+            source_keys, sorted_keys = sorted_keys, source_keys
+            source_tokens, sorted_tokens = sorted_tokens, source_tokens
+        order[row] = source_tokens
+    return overflowed
 
 
 def restricted_order(order: np.ndarray, kept: np.ndarray) -> np.ndarray:
@@ -138,9 +210,24 @@ def restricted_order(order: np.ndarray, kept: np.ndarray) -> np.ndarray:
     its place among the kept tokens in id order: the scan order of the kept tokens
     renormalised, up to ratios that renormalising rounds differently (``scan_order`` takes it
     as its guess and checks it). # [vocab] int, [vocab] bool -> [kept] int"""
-    renumbered = np.cumsum(kept, dtype=np.int64)
-    renumbered -= 1
-    return renumbered[order[kept[order]]]
+    return kept_in_order(np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(kept, dtype=np.bool_))
+
+
+@njit(cache=True)
+def kept_in_order(order, kept):
+    """The kept tokens of ``order``, each as its place among the kept tokens by id
+    (``restricted_order``). # [vocab] int, [vocab] bool -> [kept] int"""
+    place = np.empty(kept.size, dtype=np.int64)  # −1: not kept
+    count = 0
+    for token in range(kept.size):
+        place[token] = count if kept[token] else -1
+        count += kept[token]
+    restricted = np.empty(count + 1, dtype=np.int64)  # a dropped token is written one past, then overwritten
+    count = 0
+    for token in order:
+        restricted[count] = place[token]
+        count += place[token] >= 0
+    return restricted[:count]
 
 
 def in_order(values: np.ndarray, order: np.ndarray) -> np.ndarray:

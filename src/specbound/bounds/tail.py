@@ -18,9 +18,11 @@ drafts and the support size stay). A budget of 0 drops only tokens where p = q =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from specbound.bounds.subset import restricted_order, scan_order
 from specbound.probability import top_tokens
@@ -69,55 +71,98 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
 
     Tokens are dropped by octaves of max(p, q) (all below 2^k for the largest k that fits
     the budget; the octave is the float's exponent field), which costs O(vocab) instead of a
-    sort. What does not depend on n is computed once for all n: the octaves' masses, and the
-    tokens the largest cut keeps (a larger tail factor drops fewer octaves, so each cut keeps
-    a subset of the next larger's). The n largest draft tokens and the largest target token
-    are never dropped.
+    sort: one pass sums the octaves' masses for every n (``octave_masses``), one pass per n
+    collects the tokens its cut keeps (``kept_tokens``). The n largest draft tokens and the
+    largest target token are never dropped.
     # [vocab], [vocab] -> {n: TailCut}"""
-    likely = np.maximum(target, draft).astype(np.float64, copy=False)
     if budget <= 0:
-        keep = likely > 0
+        keep = np.maximum(target, draft) > 0
         kept = _renormalised(target, draft, keep)
         return {count: TailCut(*kept, float(target[~keep].sum()), float(draft[~keep].sum()),
                                float(target[~keep].sum()), np.flatnonzero(keep)) for count in counts}
     largest = top_tokens(draft[None, :], min(max(counts), draft.size))[0]
     factors = tail_factors(draft, counts, largest)
-    protected = np.concatenate([[np.argmax(target)], largest])
-    octave = (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)  # 0: zeros and subnormals
-    droppable = (likely <= budget) & (likely > 0)  # a dropped token alone adds p + factor·q ≥ max(p, q)
-    free = droppable.copy()
-    free[protected] = False
-    free_octave = octave[free]
-    target_mass = np.bincount(free_octave, weights=target[free], minlength=2048)
-    draft_mass = np.bincount(free_octave, weights=draft[free], minlength=2048)
-    drop_from, extras = {}, {}  # n -> octaves below it are dropped; the draft tokens free at n only
-    for count in counts:
-        extras[count] = np.array([token for token in largest[count:] if droppable[token] and token != protected[0]],
-                                 dtype=np.int64)
-        weights = target_mass + factors[count] * draft_mass
-        np.add.at(weights, octave[extras[count]], target[extras[count]] + factors[count] * draft[extras[count]])
-        drop_from[count] = int(np.searchsorted(np.cumsum(weights), budget, side="right"))
-    # the widest cut's tokens: every cut keeps a subset of them
-    never = np.iinfo(np.int64).max
-    rank = np.where(droppable, octave, never)  # a token is kept by the cuts dropping octaves up to its rank
-    rank[protected] = never
-    rank[likely <= 0] = -1  # p = q = 0: dropped by every cut
-    widest = np.flatnonzero(rank >= min(drop_from.values()))
-    widest_rank, widest_target, widest_draft = rank[widest], target[widest], draft[widest]
-    position = np.full(draft.size, -1)
-    position[widest] = np.arange(widest.size)
+    target = np.ascontiguousarray(target, dtype=np.float64)
+    draft = np.ascontiguousarray(draft, dtype=np.float64)
+    protected = np.concatenate([[np.argmax(target)], largest]).astype(np.int64)
+    target_mass, draft_mass = octave_masses(target, draft, budget, protected)
     cuts = {}
     for count in counts:
-        kept = widest_rank >= drop_from[count]
-        extra = extras[count]
-        kept[position[extra]] = octave[extra] >= drop_from[count]
-        dropped_extra = extra[octave[extra] < drop_from[count]]
-        kept_target, kept_draft = widest_target[kept], widest_draft[kept]
-        dropped_target = float(target_mass[: drop_from[count]].sum() + target[dropped_extra].sum())
-        dropped_draft = float(draft_mass[: drop_from[count]].sum() + draft[dropped_extra].sum())
-        cuts[count] = TailCut(kept_target / kept_target.sum(), kept_draft / kept_draft.sum(), dropped_target,
-                              dropped_draft, dropped_target + factors[count] * dropped_draft, widest[kept])
+        extra = np.array([token for token in largest[count:] if 0 < max(target[token], draft[token]) <= budget
+                          and token != protected[0]], dtype=np.int64)  # the draft tokens free at n only
+        extra_octave = octave_of(np.maximum(target[extra], draft[extra]))
+        weights = target_mass + factors[count] * draft_mass
+        np.add.at(weights, extra_octave, target[extra] + factors[count] * draft[extra])
+        drop_from = int(np.searchsorted(np.cumsum(weights), budget, side="right"))  # octaves below it are dropped
+        dropped_extra = extra[extra_octave < drop_from]
+        dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
+        dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
+        drop_below = 0.0 if drop_from == 0 else math.inf if drop_from > 2046 else math.ldexp(1.0, drop_from - 1023)
+        tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below, protected[: count + 1])
+        kept_target /= kept_target.sum()
+        kept_draft /= kept_draft.sum()
+        cuts[count] = TailCut(kept_target, kept_draft, dropped_target, dropped_draft,
+                              dropped_target + factors[count] * dropped_draft, tokens)
     return cuts
+
+
+def octave_of(likely: np.ndarray) -> np.ndarray:
+    """The octave of max(p, q): its float's biased exponent, 0 for zeros and subnormals.
+    # [tokens] -> [tokens] int"""
+    return (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)
+
+
+@njit(cache=True)
+def octave_masses(target, draft, budget, protected):
+    """Σ p and Σ q over the droppable tokens (0 < max(p, q) ≤ ``budget``: a dropped token
+    alone adds p + factor·q ≥ max(p, q) to B) but the ``protected`` ones, per octave of
+    max(p, q) (``octave_of``), each summed in id order.
+    # [vocab] x2, float, [protected] int -> [2048] x2"""
+    target_mass, draft_mass = np.zeros(2048), np.zeros(2048)
+    target_bits, draft_bits = target.view(np.uint64), draft.view(np.uint64)
+    start = 0
+    for stop in _segment_ends(protected, target.size):
+        for token in range(start, stop):
+            target_first = target[token] >= draft[token]
+            likely = target[token] if target_first else draft[token]
+            if 0 < likely <= budget:
+                octave = (target_bits[token] if target_first else draft_bits[token]) >> np.uint64(52)
+                target_mass[octave] += target[token]
+                draft_mass[octave] += draft[token]
+        start = max(start, stop + 1)
+    return target_mass, draft_mass
+
+
+@njit(cache=True)
+def kept_tokens(target, draft, budget, drop_below, protected):
+    """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
+    the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the octaves dropped:
+    octave < k is max(p, q) < 2^(k − 1023), k ≥ 1), unless ``protected``. Each token is
+    written at the next free place, which moves on only when it is kept (no branch).
+    # [vocab] x2, float, float, [protected] int -> [kept] int, [kept] x2"""
+    size = target.size
+    tokens = np.empty(size, dtype=np.int64)
+    kept_target, kept_draft = np.empty(size), np.empty(size)
+    kept = start = 0
+    for stop in _segment_ends(protected, size):
+        for token in range(start, stop):
+            likely = max(target[token], draft[token])
+            tokens[kept], kept_target[kept], kept_draft[kept] = token, target[token], draft[token]
+            kept += likely > 0 and (likely > budget or likely >= drop_below)
+        if start <= stop < size:
+            tokens[kept], kept_target[kept], kept_draft[kept] = stop, target[stop], draft[stop]
+            kept += max(target[stop], draft[stop]) > 0
+        start = max(start, stop + 1)
+    return tokens[:kept].copy(), kept_target[:kept].copy(), kept_draft[:kept].copy()
+
+
+@njit(cache=True)
+def _segment_ends(protected, size):
+    """The protected tokens ascending, then ``size``: the ends of the runs of other tokens."""
+    ends = np.empty(protected.size + 1, dtype=np.int64)
+    ends[:-1] = np.sort(protected)
+    ends[-1] = size
+    return ends
 
 
 def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
@@ -129,19 +174,28 @@ def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
     # {n: TailCut [kept]} -> {n: [1, kept] int or None}"""
     widest = max(cuts.values(), key=lambda cut: cut.tokens.size)
     order = scan_order(widest.target[None], widest.draft[None])
-    member = np.zeros(widest.tokens[-1] + 1 if widest.tokens.size else 0, dtype=bool)
     guesses = {}
     for count, cut in cuts.items():
         if np.array_equal(cut.tokens, widest.tokens):
             guesses[count] = order
             continue
-        inside = cut.tokens[cut.tokens < member.size]
-        member[:] = False
-        member[inside] = True
-        kept = member[widest.tokens]
-        nested = inside.size == cut.tokens.size == kept.sum()
+        kept, nested = members(cut.tokens, widest.tokens)
         guesses[count] = restricted_order(order[0], kept)[None] if nested else None
     return guesses
+
+
+@njit(cache=True)
+def members(tokens, among):
+    """Which of the tokens ``among`` are in ``tokens`` (both ascending ids, walked side by
+    side), and whether every one of ``tokens`` is among them. # [k], [m] int -> [m] bool, bool"""
+    found = np.zeros(among.size, dtype=np.bool_)
+    if tokens.size == 0:
+        return found, True
+    matched = 0
+    for place in range(among.size):  # once all matched, tokens[−1] is below the rest of among
+        found[place] = tokens[min(matched, tokens.size - 1)] == among[place]
+        matched += found[place]
+    return found, matched == tokens.size
 
 
 def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):

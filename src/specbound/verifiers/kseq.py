@@ -10,17 +10,20 @@ is p itself: the formulas' 0/0 is resolved to that limit (p_acc/β → n as β �
 
 ρ* is found by bisection, each step one pass over the row for β (``kseq_scale``). Checked
 rows (``bounds.rows.RowPairs``) hold the row sorted by p/q, where β costs O(log V) up to a
-bounded rounding error; ``kseq_scale_of`` takes the same steps and makes the pass only for a
-step that bound leaves open, so it returns the same ρ*, bit for bit.
+bounded rounding error; ``kseq_scale_of`` takes the same steps in one compiled loop per row
+(numba) and makes the pass only for a step that bound leaves open, summing as numpy does,
+so it returns the same ρ*, bit for bit. The exact acceptance is one compiled loop per row
+too (``kseq_acceptance``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import njit
 
 from specbound.bounds.rows import RowPairs
-from specbound.probability import sample_from, sample_from_torch, take
+from specbound.probability import pairwise_sum, sample_from, sample_from_torch, take
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
 BISECTION_STEPS = 200
@@ -68,113 +71,192 @@ def _eps(array) -> float:
 
 def kseq_scale_of(rows: RowPairs, num_drafts: int) -> np.ndarray:
     """``kseq_scale`` of checked rows, bit for bit: each row's bisection takes the same
-    steps, a step decided by ``ScanBeta`` where its bound proves the pass over the row would
-    decide it so, by that pass (``_bracket_holds``) where not.
+    steps (``scan_bisection``), a step decided by the scan-order estimate where its bound
+    proves the pass over the row would decide it so, by that pass where not. The pass sums
+    in numpy's order (``probability.pairwise_sum``); where its comparison hangs on the last
+    bits of numpy's power (1 − β)ⁿ, that power is numpy's own, computed here and handed back.
     # rows [batch, vocab] -> [batch]"""
     scales = np.empty(rows.target.shape[0])
     for row in range(len(scales)):
-        target, draft = rows.target[row : row + 1], rows.draft[row : row + 1]
-        scan = ScanBeta(rows, row)
-        low, high = 1.0, float(num_drafts)
-        for _ in range(BISECTION_STEPS):
-            if high - low <= 4 * EPS * high:
-                break
-            middle = 0.5 * (low + high)
-            above = scan.decides(middle, num_drafts, low, high)
-            if above is None:
-                above = bool(_bracket_holds(target, draft, np.array([middle]), num_drafts)[0])
-            low, high = (middle, high) if above else (low, middle)
-        scales[row] = high
+        arrays = (rows.target[row], rows.draft[row], rows.target_in_scan_order[row], rows.draft_in_scan_order[row],
+                  rows.target_inside[row], rows.draft_inside[row])
+        state = np.array([1.0, float(num_drafts), np.nan, np.nan, -1, -1, 0.0, 0.0, 0.0])  # scan_bisection's
+        while scan_bisection(*arrays, num_drafts, state):
+            state[3] = ((1.0 - state[2:3]) ** num_drafts)[0]
+        scales[row] = state[1]
     return scales
 
 
-class ScanBeta:
-    """β(ρ) of one row from the row in scan order (p/q ascending, ``bounds.rows``), with a
-    bound on its distance to the sum ``_bracket_holds`` computes, so that a bisection step
-    is decided without that pass where the bound allows (``decides``). Two forms:
-
-    - far: β ≈ P_k/ρ + (Q_V − Q_k), P, Q the running sums of p and q in scan order and
-      k = #{p/q < ρ}; O(log V). Off by ≤ 4(V + 4)·u·(P_V + Q_V): each running sum is within
-      V·u of its exact value (Q twice), a ratio within u of ρ is on either side, the
-      division and the sum round once each, and the factor 2 covers second-order terms;
-    - near, once the bracket [low, high] holds at most ``NEAR_TOKENS`` ratios:
-      β ≈ S_P/ρ + S_Q + Σ_{low ≤ p/q ≤ high} min(p/ρ, q), S_P = Σ_{p/q < low} p and
-      S_Q = Σ_{p/q > high} q summed pairwise once; valid for every ρ in that bracket and off
-      by ≤ 2(A + M + 8)·u·(S_P + S_Q + Σ_middle q), A as in ``_pairwise_additions``, M the
-      tokens summed one by one.
-    Quotients p/ρ below the normal range add V·2⁻¹⁰⁷⁴ to either bound.
-
-    u = 2⁻⁵³. Letters: p = target, q = draft (SPEC.md §0)."""
-
-    def __init__(self, rows: RowPairs, row: int):
-        self.target, self.draft = rows.target_in_scan_order[row], rows.draft_in_scan_order[row]  # [vocab]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            self.ratio = self.target / self.draft  # ascending, NaN (p = q = 0) last, as the scan order
-        self.target_inside, self.draft_inside = rows.target_inside[row], rows.draft_inside[row]  # [vocab + 1]
-        vocab_size = len(self.ratio)
-        self.subnormal_error = vocab_size * SMALLEST_SUBNORMAL  # quotients p/ρ below the normal range
-        self.pass_terms = _pairwise_additions(vocab_size) + 2
-        self.far_error = (4 * (vocab_size + 4) * UNIT_ROUNDOFF * (self.target_inside[-1] + self.draft_inside[-1])
-                          + self.subnormal_error)
-        self.near = None  # (S_P, S_Q, [(p, q) of the tokens inside the bracket], error) once narrowed
-
-    def decides(self, scale: float, num_drafts: int, low: float, high: float) -> bool | None:
-        """Whether ``_bracket_holds`` is true at ``scale`` (in [low, high]), where the bound
-        settles it; None where not. Narrows to the near form when the far one cannot settle it."""
-        decision = self._certain(scale, num_drafts)
-        if decision is None and self.near is None and self._narrow(low, high):
-            decision = self._certain(scale, num_drafts)
-        return decision
-
-    def _narrow(self, low: float, high: float) -> bool:
-        start = int(np.searchsorted(self.ratio, low, side="left"))
-        stop = int(np.searchsorted(self.ratio, high, side="right"))
-        if stop - start > NEAR_TOKENS:
-            return False
-        below, above = float(self.target[:start].sum()), float(self.draft[stop:].sum())
-        middle = list(zip(self.target[start:stop].tolist(), self.draft[start:stop].tolist()))
-        terms = _pairwise_additions(max(start, len(self.ratio) - stop)) + len(middle) + 8
-        error = 2 * terms * UNIT_ROUNDOFF * (below + above + sum(q for _, q in middle)) + self.subnormal_error
-        self.near = (below, above, middle, error)
-        return True
-
-    def _estimate(self, scale: float) -> tuple[float, float]:
-        """β at ``scale`` and a bound on its distance to the exact Σ min(p/ρ, q)."""
-        if self.near is not None:
-            below, above, middle, error = self.near
-            return below / scale + above + sum(min(p / scale, q) for p, q in middle), error
-        index = int(self.ratio.searchsorted(scale))
-        inside = float(self.target_inside[index]) / scale
-        return inside + (float(self.draft_inside[-1]) - float(self.draft_inside[index])), self.far_error
-
-    def _certain(self, scale: float, num_drafts: int) -> bool | None:
-        """``_bracket_holds`` at ``scale`` when h(β) = 1 − (1 − β)ⁿ − ρβ is away from 0 by more
-        than rounding can move it. The pass's sum β_f is within E = e + (A + 2)·u·(β + e) of
-        the estimate β (e: the estimate's bound, subnormal quotients included; A: additions a
-        term meets in numpy's pairwise sum, ``_pairwise_additions``; each term's own rounding
-        u; the pass's subnormal quotients). Between β and β_f,
-        |h'| = |n(1 − β)ⁿ⁻¹ − ρ| ≤ L = n·(|1 − β| + E)ⁿ⁻¹ + ρ, and h computed in floats is
-        within e_h = (4n + 64)·u of h (1 − β, a pow() within 16 ulps, 1 − ·, ρ·β and the
-        difference). So |h(β)| > L·E + 2·e_h gives h(β_f) the same sign, and the pass's
-        comparison; the margin takes 2·L·E for the rounding of L and of itself."""
-        beta, error = self._estimate(scale)
-        error += self.pass_terms * UNIT_ROUNDOFF * (beta + error) + self.subnormal_error
-        slope = num_drafts * (abs(1.0 - beta) + error) ** (num_drafts - 1) + scale
-        margin = 2.0 * slope * error + 2 * (4 * num_drafts + 64) * UNIT_ROUNDOFF
-        gap = 1.0 - (1.0 - beta) ** num_drafts - scale * beta
-        if gap > margin:
-            return True
-        if gap < -margin:
-            return False
-        return None
+@njit(cache=True, error_model="numpy")
+def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside, draft_inside, num_drafts, state):
+    """``kseq_scale``'s bisection of one row, resumable: ``state`` holds the bracket [low, high],
+    a pass's β awaiting numpy's power (NaN if none) and that power, and the near form
+    (start −1 until narrowed). Each step is decided by β's estimate from the scan order where
+    its bound settles it (``far_estimate``; once the bracket holds at most ``NEAR_TOKENS``
+    ratios, ``near_form``; ``certain``), else by the pass: β summed over the row as
+    ``_bracket_holds`` sums it (``probability.pairwise_sum``), and its comparison p_acc ≥ ρβ
+    (``pass_decision``). Returns True with the state saved where that comparison needs
+    numpy's (1 − β)ⁿ, to be called again with it in ``state[3]``; False, the bracket in
+    ``state[:2]``, once it is narrow enough.
+    # [vocab] x4 (id order, scan order), [vocab + 1] x2, int, [9] -> bool"""
+    low, high = state[0], state[1]
+    near = (int(state[4]), int(state[5]), state[6], state[7], state[8])
+    vocab_size = target.size
+    subnormal_error = vocab_size * SMALLEST_SUBNORMAL
+    pass_terms = pairwise_additions(vocab_size) + 2
+    terms = np.empty(vocab_size)
+    for _ in range(BISECTION_STEPS):
+        if high - low <= 4 * EPS * high:
+            break
+        middle = 0.5 * (low + high)
+        if state[2] == state[2]:  # this step's pass, with numpy's power
+            decision = 1 if 1.0 - state[3] >= middle * state[2] else 0
+            state[2] = np.nan
+        else:
+            for _ in range(2):  # the estimate, then once narrowed to the near form
+                if near[0] < 0:
+                    beta, error = far_estimate(target_in_order, draft_in_order, target_inside, draft_inside, middle)
+                else:
+                    beta, error = near_estimate(target_in_order, draft_in_order, near, middle)
+                decision = certain(beta, error, middle, num_drafts, pass_terms, subnormal_error)
+                if decision >= 0 or near[0] >= 0:
+                    break
+                near = near_form(target_in_order, draft_in_order, low, high)
+                if near[0] < 0:
+                    break
+            if decision < 0:
+                for token in range(vocab_size):
+                    quotient = target[token] / middle
+                    terms[token] = quotient if quotient < draft[token] else draft[token]
+                beta = pairwise_sum(terms, 0, vocab_size)
+                decision = pass_decision(beta, middle, num_drafts)
+                if decision < 0:
+                    state[0], state[1], state[2] = low, high, beta
+                    state[4], state[5], state[6], state[7], state[8] = near
+                    return True
+        if decision == 1:
+            low = middle
+        else:
+            high = middle
+    state[0], state[1] = low, high
+    return False
 
 
-def _pairwise_additions(length: int) -> int:
+@njit(cache=True)
+def pass_decision(beta, scale, num_drafts):
+    """``_bracket_holds``'s comparison 1 − (1 − β)ⁿ ≥ ρβ for the pass's β: 1 or 0, or −1
+    where it takes numpy's power to know. numpy computes xⁿ as x for n = 1, x·x for n = 2,
+    and with its own pow() otherwise (SIMD, within a few ulps of the C library's): the
+    comparison is taken from the C library's power where every power within 8 ulps of it
+    gives the same (1 − · is monotone in it).  # float, float, int -> int"""
+    product = scale * beta
+    computed = power(1.0 - beta, num_drafts)
+    if num_drafts <= 2:
+        return 1 if 1.0 - computed >= product else 0
+    band = 8 * EPS * abs(computed) + 8 * SMALLEST_SUBNORMAL
+    if 1.0 - (computed + band) >= product:
+        return 1
+    if 1.0 - (computed - band) < product:
+        return 0
+    return -1
+
+
+@njit(cache=True)
+def far_estimate(target_in_order, draft_in_order, target_inside, draft_inside, scale):
+    """β's far form and its bound: β ≈ P_k/ρ + (Q_V − Q_k), P, Q the running sums of p and
+    q in scan order and k = #{p/q < ρ}; O(log V). Off from Σ min(p/ρ, q) by
+    ≤ 4(V + 4)·u·(P_V + Q_V): each running sum is within V·u of its exact value (Q twice), a
+    ratio within u of ρ is on either side, the division and the sum round once each, and the
+    factor 2 covers second-order terms; quotients p/ρ below the normal range add V·2⁻¹⁰⁷⁴.
+    u = 2⁻⁵³.  # [vocab] x2, [vocab + 1] x2, float -> float, float"""
+    index = ratios_below(target_in_order, draft_in_order, scale, False)
+    beta = target_inside[index] / scale + (draft_inside[-1] - draft_inside[index])
+    error = 4 * (target_in_order.size + 4) * UNIT_ROUNDOFF * (target_inside[-1] + draft_inside[-1])
+    return beta, error + target_in_order.size * SMALLEST_SUBNORMAL
+
+
+@njit(cache=True)
+def near_form(target_in_order, draft_in_order, low, high):
+    """What β's near form on the bracket [low, high] keeps (``near_estimate``): (start, stop,
+    S_P = Σ_{p/q < low} p, S_Q = Σ_{p/q > high} q, each summed pairwise once, and the factor
+    2(A + M + 8)·u of its bound), start = #{p/q < low}, stop = #{p/q ≤ high}, M = stop − start,
+    A = ``pairwise_additions`` of the longer sum; start −1 where more than ``NEAR_TOKENS``
+    ratios lie inside.  # [vocab] x2, float, float -> (int, int, float, float, float)"""
+    start = ratios_below(target_in_order, draft_in_order, low, False)
+    stop = ratios_below(target_in_order, draft_in_order, high, True)
+    if stop - start > NEAR_TOKENS:
+        return -1, -1, 0.0, 0.0, 0.0
+    below = pairwise_sum(target_in_order, 0, start)
+    above = pairwise_sum(draft_in_order, stop, target_in_order.size)
+    terms = pairwise_additions(max(start, target_in_order.size - stop)) + (stop - start) + 8
+    return start, stop, below, above, 2 * terms * UNIT_ROUNDOFF
+
+
+@njit(cache=True)
+def near_estimate(target_in_order, draft_in_order, near, scale):
+    """β's near form for any ρ in the bracket ``near_form`` kept, and its bound:
+    β ≈ S_P/ρ + S_Q + Σ_{low ≤ p/q ≤ high} min(p/ρ, q), the M tokens inside summed one by one,
+    off by ≤ 2(A + M + 8)·u·(S_P + S_Q + Σ_inside q) + V·2⁻¹⁰⁷⁴ (quotients below the normal
+    range).  # [vocab] x2, near_form's tuple, float -> float, float"""
+    start, stop, below, above, relative = near
+    middle, middle_draft = 0.0, 0.0
+    for token in range(start, stop):
+        quotient = target_in_order[token] / scale
+        middle += quotient if quotient < draft_in_order[token] else draft_in_order[token]
+        middle_draft += draft_in_order[token]
+    error = relative * (below + above + middle_draft) + target_in_order.size * SMALLEST_SUBNORMAL
+    return below / scale + above + middle, error
+
+
+@njit(cache=True)
+def ratios_below(target_in_order, draft_in_order, scale, inclusive):
+    """#{p/q < ρ} (``inclusive``: ≤ ρ) along the scan order, by bisection on p/q (ascending,
+    NaN last; ``np.searchsorted`` on the ratios, left or right).  # [vocab] x2 -> int"""
+    low, high = 0, target_in_order.size
+    while low < high:
+        middle = (low + high) // 2
+        ratio = target_in_order[middle] / draft_in_order[middle]
+        if ratio < scale or (inclusive and ratio == scale):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@njit(cache=True)
+def certain(beta, error, scale, num_drafts, pass_terms, subnormal_error):
+    """``_bracket_holds`` at ``scale`` when h(β) = 1 − (1 − β)ⁿ − ρβ is away from 0 by more
+    than rounding can move it: 1 or 0, −1 where not settled. The pass's sum β_f is within
+    E = e + (A + 2)·u·(β + e) of the estimate β (e: the estimate's bound, subnormal
+    quotients included; A: additions a term meets in numpy's pairwise sum,
+    ``pairwise_additions``; each term's own rounding u; the pass's subnormal quotients).
+    Between β and β_f, |h'| = |n(1 − β)ⁿ⁻¹ − ρ| ≤ L = n·(|1 − β| + E)ⁿ⁻¹ + ρ, and h computed
+    in floats is within e_h = (4n + 64)·u of h (1 − β, a pow() within 16 ulps, 1 − ·, ρ·β
+    and the difference). So |h(β)| > L·E + 2·e_h gives h(β_f) the same sign, and the pass's
+    comparison; the margin takes 2·L·E for the rounding of L and of itself.
+    # float x3, int, int, float -> int"""
+    error += pass_terms * UNIT_ROUNDOFF * (beta + error) + subnormal_error
+    slope = num_drafts * (abs(1.0 - beta) + error) ** float(num_drafts - 1) + scale
+    margin = 2.0 * slope * error + 2 * (4 * num_drafts + 64) * UNIT_ROUNDOFF
+    gap = 1.0 - (1.0 - beta) ** float(num_drafts) - scale * beta
+    if gap > margin:
+        return 1
+    if gap < -margin:
+        return 0
+    return -1
+
+
+@njit(cache=True)
+def pairwise_additions(length):
     """At most how many additions a term meets in numpy's sum of ``length`` contiguous
-    values: pairwise halving (one per level, ≤ bit length) down to blocks of ≤ 128 summed
-    in 8 running sums (≤ 15 + 3 + 7), plus one per chunk of 8192 should the reduction be
-    buffered; 32 covers the block and the slack. Its error is then ≤ A·u·Σ|terms| (to first order)."""
-    return 32 + length.bit_length() + length // 8192
+    values (``probability.pairwise_sum``): pairwise halving (one per level, ≤ bit length)
+    down to blocks of ≤ 128 summed in 8 running sums (≤ 15 + 3 + 7), plus one per chunk of
+    8192 should the reduction be buffered; 32 covers the block and the slack. Its error is
+    then ≤ A·u·Σ|terms| (to first order)."""
+    bits = 0
+    while (1 << bits) <= length:
+        bits += 1
+    return 32 + bits + length // 8192
 
 
 def kseq_parts(target, draft, num_drafts, scale=None):
@@ -250,12 +332,55 @@ class KSeq(Verifier):
         return self._acceptance_rate(rows.target, rows.draft, num_drafts, kseq_scale_of(rows, num_drafts))
 
     def _acceptance_rate(self, target, draft, num_drafts, scale=None):
-        _, beta, accepted_mass, leftover = kseq_parts(target, draft, num_drafts, scale)
-        none_accepted = (1.0 - beta[:, 0]) ** num_drafts
-        live = none_accepted > 0
-        hits = np.zeros(target.shape[0])
-        if np.any(live):
-            rejected_draft = (draft[live] - accepted_mass[live]) / (1.0 - beta[live])
-            residual = residual_law(leftover[live], target[live])
-            hits[live] = (residual * (1.0 - (1.0 - rejected_draft) ** num_drafts)).sum(axis=1)
-        return 1.0 - none_accepted + none_accepted * hits
+        scale = kseq_scale(target, draft, num_drafts) if scale is None else scale
+        target, draft = (np.ascontiguousarray(rows, dtype=np.float64) for rows in (target, draft))
+        return kseq_acceptance(target, draft, np.ascontiguousarray(scale, dtype=np.float64), num_drafts)
+
+
+@njit(cache=True, error_model="numpy")
+def kseq_acceptance(target, draft, scale, num_drafts):
+    """K-SEQ's exact acceptance per row (``KSeq``): with a = min(p/ρ*, q), β = Σ a,
+    p_acc = 1 − (1 − β)ⁿ, the leftover (p − (p_acc/β)·a)+ (p_acc/β → n at β = 0) and r its
+    normalisation (p where it has no mass), w = (q − a)/(1 − β) a rejected draft's law:
+    α = p_acc + (1 − β)ⁿ Σ_y r(y)·(1 − (1 − w(y))ⁿ). The sums go in numpy's order
+    (``probability.pairwise_sum``), so β and the leftover's mass are ``kseq_parts``'s;
+    1 − (1 − w)ⁿ is w·Σ_{k<n} (1 − w)ᵏ, which has no cancellation where w is tiny
+    (1 − (1 − w)ⁿ formed directly is off by u/(n·w) of itself).
+    # [batch, vocab] x2, [batch] -> [batch]"""
+    batch, vocab_size = target.shape
+    acceptance = np.empty(batch)
+    accepted, leftover = np.empty(vocab_size), np.empty(vocab_size)
+    for row in range(batch):
+        for token in range(vocab_size):
+            quotient = target[row, token] / scale[row]
+            accepted[token] = quotient if quotient < draft[row, token] else draft[row, token]
+        beta = pairwise_sum(accepted, 0, vocab_size)
+        none_accepted = power(1.0 - beta, num_drafts)
+        factor = (1.0 - none_accepted) / beta if beta > 0 else float(num_drafts)
+        for token in range(vocab_size):
+            mass = target[row, token] - factor * accepted[token]
+            leftover[token] = mass if mass > 0.0 else 0.0
+        hits = 0.0
+        if none_accepted > 0:
+            total = pairwise_sum(leftover, 0, vocab_size)
+            for token in range(vocab_size):
+                residual = leftover[token] / total if total > 0 else target[row, token]
+                rejected = (draft[row, token] - accepted[token]) / (1.0 - beta)
+                kept, stays = 1.0, 1.0  # Σ_{k<n} (1 − w)^k, (1 − w)^k
+                for _ in range(num_drafts - 1):
+                    stays *= 1.0 - rejected
+                    kept += stays
+                leftover[token] = residual * rejected * kept
+            hits = pairwise_sum(leftover, 0, vocab_size)
+        acceptance[row] = 1.0 - none_accepted + none_accepted * hits
+    return acceptance
+
+
+@njit(cache=True)
+def power(base, exponent):
+    """baseⁿ as numpy's ``**`` for n ≤ 2 (base, base·base), else the C library's pow(). # -> float"""
+    if exponent == 1:
+        return base
+    if exponent == 2:
+        return base * base
+    return base ** float(exponent)
