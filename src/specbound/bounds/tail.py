@@ -138,7 +138,8 @@ def kept_tokens(target, draft, budget, drop_below, protected):
     """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
     the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the octaves dropped:
     octave < k is max(p, q) < 2^(k − 1023), k ≥ 1), unless ``protected``. Each token is
-    written at the next free place, which moves on only when it is kept (no branch).
+    written at the next free place, which moves on only when it is kept (no branch); the
+    results are views of vocabulary-sized buffers (copying them out took as long as the pass).
     # [vocab] x2, float, float, [protected] int -> [kept] int, [kept] x2"""
     size = target.size
     tokens = np.empty(size, dtype=np.int64)
@@ -153,7 +154,7 @@ def kept_tokens(target, draft, budget, drop_below, protected):
             tokens[kept], kept_target[kept], kept_draft[kept] = stop, target[stop], draft[stop]
             kept += max(target[stop], draft[stop]) > 0
         start = max(start, stop + 1)
-    return tokens[:kept].copy(), kept_target[:kept].copy(), kept_draft[:kept].copy()
+    return tokens[:kept], kept_target[:kept], kept_draft[:kept]
 
 
 @njit(cache=True)
@@ -186,14 +187,17 @@ def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
 
 @njit(cache=True)
 def members(tokens, among):
-    """Which of the tokens ``among`` are in ``tokens`` (both ascending ids, walked side by
-    side), and whether every one of ``tokens`` is among them. # [k], [m] int -> [m] bool, bool"""
-    found = np.zeros(among.size, dtype=np.bool_)
-    if tokens.size == 0:
-        return found, True
+    """Which of the tokens ``among`` are in ``tokens`` (distinct ids, ascending), and whether
+    every one of ``tokens`` is among them: ``tokens`` marked on the ids, then read at
+    ``among``. # [k], [m] int -> [m] bool, bool"""
+    size = max(tokens[-1] + 1 if tokens.size else 0, among[-1] + 1 if among.size else 0)
+    marked = np.zeros(size, dtype=np.bool_)
+    for token in tokens:
+        marked[token] = True
+    found = np.empty(among.size, dtype=np.bool_)
     matched = 0
-    for place in range(among.size):  # once all matched, tokens[−1] is below the rest of among
-        found[place] = tokens[min(matched, tokens.size - 1)] == among[place]
+    for place in range(among.size):
+        found[place] = marked[among[place]]
         matched += found[place]
     return found, matched == tokens.size
 
