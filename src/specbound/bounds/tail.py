@@ -51,7 +51,8 @@ def tail_factors(draft: np.ndarray, counts, largest=None) -> dict[int, float]:
     if size > 0:
         largest = top_tokens(draft[None, :], size)[0] if largest is None else largest[:size]
         top = draft[largest][::-1]  # ascending
-        rest = np.delete(draft, largest).sum()  # mass outside the top n − 1
+        ends = np.sort(largest)  # the mass outside the top n − 1: the row without them, joined from slices
+        rest = np.concatenate([draft[start:stop] for start, stop in zip([0, *(ends + 1)], [*ends, draft.size])]).sum()
     else:
         top, rest = np.zeros(0), draft.sum()
     # 1 − S_i = rest + the top tokens from i on: i = size, size − 1, ..., 0
