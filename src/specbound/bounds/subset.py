@@ -171,7 +171,9 @@ def sort_by_ratio(target, draft, rows, order):
     for row in range(batch):
         if not rows[row]:
             continue
-        counts[:] = 0
+        for digit in range(digits):  # loops, not array assignments: those take seconds to compile
+            for value in range(1 << digit_bits):
+                counts[digit, value] = 0
         for token in range(vocab_size):
             ratio = target[row, token] / draft[row, token] + 0.0
             ratios[token] = ratio
@@ -201,7 +203,8 @@ def sort_by_ratio(target, draft, rows, order):
                 counts[digit, value] += 1
             source_keys, sorted_keys = sorted_keys, source_keys
             source_tokens, sorted_tokens = sorted_tokens, source_tokens
-        order[row] = source_tokens
+        for place in range(vocab_size):
+            order[row, place] = source_tokens[place]
     return overflowed
 
 

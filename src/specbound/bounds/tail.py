@@ -86,7 +86,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     target = np.ascontiguousarray(target, dtype=np.float64)
     draft = np.ascontiguousarray(draft, dtype=np.float64)
     protected = np.concatenate([[np.argmax(target)], largest]).astype(np.int64)
-    target_mass, draft_mass = octave_masses(target, draft, budget, protected)
+    budget = float(budget)
+    target_mass, draft_mass = octave_masses(target, draft, budget, _segment_ends(protected, draft.size))
     cuts = {}
     for count in counts:
         extra = np.array([token for token in largest[count:] if 0 < max(target[token], draft[token]) <= budget
@@ -99,7 +100,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
         drop_below = 0.0 if drop_from == 0 else math.inf if drop_from > 2046 else math.ldexp(1.0, drop_from - 1023)
-        tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below, protected[: count + 1])
+        tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below,
+                                                      _segment_ends(protected[: count + 1], draft.size))
         kept_target /= kept_target.sum()
         kept_draft /= kept_draft.sum()
         cuts[count] = TailCut(kept_target, kept_draft, dropped_target, dropped_draft,
@@ -114,15 +116,15 @@ def octave_of(likely: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True)
-def octave_masses(target, draft, budget, protected):
+def octave_masses(target, draft, budget, ends):
     """Σ p and Σ q over the droppable tokens (0 < max(p, q) ≤ ``budget``: a dropped token
-    alone adds p + factor·q ≥ max(p, q) to B) but the ``protected`` ones, per octave of
-    max(p, q) (``octave_of``), each summed in id order.
-    # [vocab] x2, float, [protected] int -> [2048] x2"""
+    alone adds p + factor·q ≥ max(p, q) to B) but the protected ones, per octave of
+    max(p, q) (``octave_of``), each summed in id order. ``ends``: the protected tokens
+    ascending, then V (``_segment_ends``). # [vocab] x2, float, [protected + 1] int -> [2048] x2"""
     target_mass, draft_mass = np.zeros(2048), np.zeros(2048)
     target_bits, draft_bits = target.view(np.uint64), draft.view(np.uint64)
     start = 0
-    for stop in _segment_ends(protected, target.size):
+    for stop in ends:
         for token in range(start, stop):
             target_first = target[token] >= draft[token]
             likely = target[token] if target_first else draft[token]
@@ -135,18 +137,19 @@ def octave_masses(target, draft, budget, protected):
 
 
 @njit(cache=True)
-def kept_tokens(target, draft, budget, drop_below, protected):
+def kept_tokens(target, draft, budget, drop_below, ends):
     """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
     the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the octaves dropped:
-    octave < k is max(p, q) < 2^(k − 1023), k ≥ 1), unless ``protected``. Each token is
-    written at the next free place, which moves on only when it is kept (no branch); the
-    results are views of vocabulary-sized buffers (copying them out took as long as the pass).
-    # [vocab] x2, float, float, [protected] int -> [kept] int, [kept] x2"""
+    octave < k is max(p, q) < 2^(k − 1023), k ≥ 1), unless protected (``ends``: the protected
+    tokens ascending, then V). Each token is written at the next free place, which moves on
+    only when it is kept (no branch); the results are views of vocabulary-sized buffers
+    (copying them out took as long as the pass).
+    # [vocab] x2, float, float, [protected + 1] int -> [kept] int, [kept] x2"""
     size = target.size
     tokens = np.empty(size, dtype=np.int64)
     kept_target, kept_draft = np.empty(size), np.empty(size)
     kept = start = 0
-    for stop in _segment_ends(protected, size):
+    for stop in ends:
         for token in range(start, stop):
             likely = max(target[token], draft[token])
             tokens[kept], kept_target[kept], kept_draft[kept] = token, target[token], draft[token]
@@ -158,13 +161,10 @@ def kept_tokens(target, draft, budget, drop_below, protected):
     return tokens[:kept], kept_target[:kept], kept_draft[:kept]
 
 
-@njit(cache=True)
-def _segment_ends(protected, size):
-    """The protected tokens ascending, then ``size``: the ends of the runs of other tokens."""
-    ends = np.empty(protected.size + 1, dtype=np.int64)
-    ends[:-1] = np.sort(protected)
-    ends[-1] = size
-    return ends
+def _segment_ends(protected: np.ndarray, size: int) -> np.ndarray:
+    """The protected tokens ascending, then ``size``: the ends of the runs of other tokens.
+    # [protected] int -> [protected + 1] int"""
+    return np.append(np.sort(protected), size).astype(np.int64)
 
 
 def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
