@@ -135,8 +135,13 @@ def test_scan_beta_is_within_its_bound(seed):
 
 def test_pass_decision_is_numpys_comparison():
     """The pass's comparison 1 − (1 − β)ⁿ ≥ ρβ as numpy makes it (its own pow()), also where
-    ρβ is within ulps of 1 − (1 − β)ⁿ: decided alike, or left to numpy's power (only there)."""
+    ρβ is within ulps of 1 − (1 − β)ⁿ: decided alike, or left to numpy's power (only there);
+    numpy's power is within the 8 ulps of the C library's that the decision allows for."""
     rng = np.random.default_rng(5)
+    bases = np.concatenate([rng.random(20000), 1.0 - rng.random(5000) * 1e-6, rng.random(5000) ** 20])
+    for num_drafts in (3, 4, 6):
+        library = np.array([math.pow(base, num_drafts) for base in bases])
+        assert np.all(np.abs(bases**num_drafts - library) <= 8 * np.spacing(library))
     for num_drafts in COUNTS:
         left = 0
         for beta in np.concatenate([rng.random(300), 1.0 - rng.random(100) * 1e-3, rng.random(100) * 1e-3]):

@@ -151,7 +151,7 @@ def pass_decision(beta, scale, num_drafts):
     gives the same (1 − · is monotone in it).  # float, float, int -> int"""
     product = scale * beta
     computed = power(1.0 - beta, num_drafts)
-    if num_drafts <= 2:
+    if num_drafts <= 2 or computed != computed or product != product:  # NaN compares False
         return 1 if 1.0 - computed >= product else 0
     band = 8 * EPS * abs(computed) + 8 * SMALLEST_SUBNORMAL
     if 1.0 - (computed + band) >= product:
