@@ -293,3 +293,63 @@ def test_a_row_of_more_values_than_one_pass_holds_starts_coarse_and_one_that_fit
     low, high = three_draft_bounds(target, draft)
     assert max(passes[0]) <= 16
     assert high - low <= 2e-10 and low - 1e-13 <= exact_low <= high + 1e-13  # certified: it holds the value
+
+
+# -- compiled kernels ----------------------------------------------------------------------
+def test_ascending_order_is_the_stable_order_of_the_values(rng):
+    """The radix sort on the floats' bits equals a stable sort: ties keep index order, and
+    values that agree in the bits above the packed index (within 2^-21 of each other) are
+    put in exact order, with 0, subnormals and ∞ among them."""
+    base = rng.random(500)
+    cases = [
+        rng.random(1000),
+        np.round(rng.random(1000), 2),  # ties
+        np.concatenate([base, base * (1 + 1e-9 * rng.random(500)), [0.0, 5e-324, 1e-310, np.inf, np.inf]]),
+        rng.permutation(np.repeat(rng.random(3), 200) * (1 + 1e-12 * rng.random(600))),  # long runs out of order
+        np.array([]), np.array([0.5]),
+    ]
+    for keys in cases:
+        order = rrs_acceptance._ascending_order(keys)
+        np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+
+
+def test_min_sum_curve_counts_a_token_whose_ratio_overflows():
+    """q = 1e-310 beside p = 0.5: p/q overflows; the token adds t·q at a finite t and p at ∞."""
+    target, draft = np.array([0.5, 0.3, 0.2]), np.array([1e-310, 0.6, 0.4])
+    thresholds = np.array([0.0, 0.5, 2.0, 1e300, np.inf])
+    curve = min_sum_curve(target, draft)
+    direct = np.minimum(target[None, :], thresholds[:, None] * draft[None, :]).sum(axis=1)
+    np.testing.assert_allclose(curve(thresholds), direct, rtol=1e-15)
+    assert curve(np.inf) == 1.0
+
+
+def test_min_sum_pieces_carried_from_call_to_call_find_every_threshold(rng):
+    """Each threshold is looked for on the piece of G the one before it in its place fell
+    on (``_bracket_shares`` carries them from x1 bin to x1 bin): thresholds that jump up,
+    down and onto breakpoints give G exactly as a fresh look-up does."""
+    target, draft = random_pair(rng, 200)
+    curve = rrs_acceptance._min_sum_arrays(target, draft)[0]
+    breakpoints = curve[0]
+    pieces = rrs_acceptance._new_pieces(50)
+    for _ in range(20):
+        thresholds = np.where(rng.random(50) < 0.3, rng.choice(breakpoints, 50), rng.exponential(2.0, 50))
+        carried, fresh = np.empty(50), np.empty(50)
+        rrs_acceptance._min_sum_values(curve, thresholds, pieces, carried)
+        rrs_acceptance._min_sum_values(curve, thresholds, rrs_acceptance._new_pieces(50), fresh)
+        direct = np.minimum(target[None, :], thresholds[:, None] * draft[None, :]).sum(axis=1)
+        np.testing.assert_array_equal(carried, fresh)
+        np.testing.assert_allclose(carried, direct, atol=1e-14)
+
+
+def test_two_draft_acceptance_equals_the_sum_over_first_drafts(rng):
+    """n = 2 (``_two_draft_acceptance``, one sort and look-ups) equals the sum over first
+    drafts x1 written out: Σ min(p, q) + Σ_x1 (q − p)+(x1)·Σ_y min(p²(y), q(y)/(1 − q(x1))),
+    p² = norm((p − q)+), on rows with ties, a dominant token and tokens of p = 0 or q = 0."""
+    for target, draft in instances(rng, count=60):
+        residual = np.maximum(target - draft, 0.0)
+        if residual.sum() <= 0:
+            continue
+        residual /= residual.sum()
+        second = [np.minimum(residual, draft / (1.0 - draft[x])).sum() for x in range(draft.size)]
+        expected = np.minimum(target, draft).sum() + np.dot(np.maximum(draft - target, 0.0), second)
+        assert rrs_without_replacement_acceptance(target, draft, 2) == pytest.approx(expected, abs=1e-14)

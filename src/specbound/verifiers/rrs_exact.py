@@ -16,7 +16,7 @@ facts keep it computable:
    and rejected there with probability q(x)·(s − (r(x) − t)+/(1 − G(t)))+; those
    probabilities sum to 1 − (G(t') − G(t))/(1 − G(t)).
 
-So after one O(V log V) sort, each level is a few look-ups in G.
+So after one sort, each level is a few look-ups in G.
 
 Cost: n ≤ 2 is O(V log V). n = 3 sums over pairs (x1, x2); ``three_draft_bounds``
 groups both by draft probability into bins of values, exact where a bin holds one value
@@ -27,19 +27,23 @@ certified bracket refined until it is within a tolerance (llama.cpp's float32 ro
 distinct values, closed by 256 bins a side and, where that is not enough, a few hundred
 finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
 
+The row's passes, its two sorts (a radix sort on the floats' bits, ``_ascending_order``) and
+the bracket passes are compiled loops (numba); sums over the vocabulary are compensated.
+
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
-``recursion_seconds`` estimate a call): a row's sorts cost about 1e-6·V s, a bracket pass
-over B1 × B2 bins and V tokens about 9e-8·B1·B2 + 8e-8·B1·V/256 s, holding
-128·min(B1, 256)·B2 bytes. A row of more values than ``FIRST_BIN_COUNT`` starts at
+``recursion_seconds`` estimate a call): a row's sorts and curve cost about 1e-7·V s, a
+bracket pass over B1 × B2 bins and V tokens about 1.5e-8·B1·B2 + 1e-8·V s, holding
+O(V + B2) memory. A row of more values than ``FIRST_BIN_COUNT`` starts at
 ``COARSE_BIN_COUNT`` bins a side and refines only the x1 bins that carry the bracket's
 width (``_Bins``, ``_widest``): each is cut at the x1 bins of twice its count and bracketed
 again over x2 bins of its own, doubled at its first, third, … refinement and wherever it
 was not cut.
 Refinement stops where the next pass would take the n = 3 computation past
-``BRACKET_SECONDS_LIMIT`` or a pass past ``BRACKET_BYTES_LIMIT``; the acceptance is then
-the midpoint of the certified bracket reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (about
-1e-4·(V + 1) s per level call), with no bracket to fall back on, is refused
-(``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
+``BRACKET_SECONDS_LIMIT``; the acceptance is then the midpoint of the certified bracket
+reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (estimated at
+1e-4·(V + 1) s per level call; its last two levels are compiled, ``_two_draft_acceptance``,
+and a level call took 1e-5·(V + 1) s at 447 rejectable tokens of 1,000), with no bracket to
+fall back on, is refused (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
 """
 
 from __future__ import annotations
@@ -49,61 +53,130 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from specbound.checks import WorkLimitError, within_limit
-from specbound.probability import mass_of_the_others, top_tokens, zeroed
+from specbound.probability import mass_of_the_others, top_tokens
 
 DEFAULT_TOLERANCE = 1e-10
 RECURSION_SECONDS_LIMIT = 20.0
 SECONDS_PER_LEVEL_TOKEN = 1e-4  # one level of the recursion, per token of the vocabulary
 BRACKET_SECONDS_LIMIT = 20.0
-BRACKET_BYTES_LIMIT = 2**30
-SECONDS_PER_GROUP_BIN = 9e-8
-SECONDS_PER_CHUNK_TOKEN = 4e-8
-BYTES_PER_GROUP_BIN = 128  # the [x1 bins, x2 bins] arrays of one chunk of _bracket
+SECONDS_PER_GROUP_BIN = 1.5e-8  # a pair of bins of a bracket pass
+SECONDS_PER_PASS_TOKEN = 1e-8  # a bracket pass, per token of the row
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
-SECONDS_PER_ROW_TOKEN = 1e-6  # a row's sorts and curve, before any pass
+SECONDS_PER_ROW_TOKEN = 1e-7  # a row's sorts and curve, before any pass
 FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
-GROUP_CHUNK = 256
 REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
+INDEX_BITS = 31  # _ascending_order packs an index below a key's bits: at most 2^31 keys
+RADIX_BITS = 11  # bits of a key sorted per radix pass of _ascending_order: three passes
 
 
 def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
     """G(t) = Σ_y min(p(y), t·q(y)) for any t ≥ 0 (vectorised in t), after one sort.
 
-    G is piecewise linear with breakpoints at the ratios p/q, so it is evaluated by
-    linear interpolation between them (``np.interp``, which is fast on sorted queries);
-    it is constant, Σ_{q>0} p, beyond the largest ratio. Tokens with q = 0 or p = 0
-    contribute nothing. The draft mass beyond a breakpoint is summed from the tokens
-    beyond it (a difference of running sums leaves 1e-17 there, which a ratio of 1e10
-    turns into an error of 1e-7), and a token whose ratio overflows (q below p/1.8e308)
-    contributes t·q(y) at every finite t and p(y) at t = ∞.  # target_row, draft_row [vocab]
+    G is piecewise linear with breakpoints at the ratios p/q: with j the number of ratios
+    ≤ t, G(t) = Σ_{first j} p + t·Σ_{the others} q (``_min_sum_values``); it is Σ_{q>0} p
+    beyond the largest ratio. Tokens with q = 0 or p = 0 contribute nothing. The draft mass
+    beyond a breakpoint is summed from the tokens beyond it (a difference of running sums
+    leaves 1e-17 there, which a ratio of 1e10 turns into an error of 1e-7), and a token
+    whose ratio overflows (q below p/1.8e308) contributes t·q(y) at every finite t and p(y)
+    at t = ∞.  # target_row, draft_row [vocab]
     """
-    both = (draft_row > 0) & (target_row > 0)
-    target, draft = target_row[both], draft_row[both]
-    with np.errstate(over="ignore"):
-        ratio = target / draft
-    steep = np.isinf(ratio)
-    steep_target, steep_draft = target[steep].sum(), draft[steep].sum()
-    if steep.any():
-        ratio, target, draft = ratio[~steep], target[~steep], draft[~steep]
-    order = np.argsort(ratio)
-    ratio = ratio[order]
-    target_upto = np.cumsum(target[order])
-    draft_beyond = np.zeros_like(ratio)
-    draft_beyond[:-1] = np.cumsum(draft[order][::-1])[-2::-1]
-    breakpoints = np.concatenate([[0.0], ratio])
-    values = np.concatenate([[0.0], target_upto + ratio * (draft_beyond + steep_draft)])
+    curve = _min_sum_arrays(np.ascontiguousarray(target_row, dtype=np.float64),
+                            np.ascontiguousarray(draft_row, dtype=np.float64))[0]
 
-    def curve(threshold):
-        finite = np.interp(threshold, breakpoints, values)
-        if steep_draft == 0:
-            return finite
-        return finite + np.minimum(steep_target, np.asarray(threshold) * steep_draft)
+    def at(threshold):
+        thresholds = np.ascontiguousarray(np.asarray(threshold, dtype=np.float64).ravel())
+        values = np.empty_like(thresholds)
+        _min_sum_values(curve, thresholds, _new_pieces(1), values)
+        return values.reshape(np.shape(threshold))[()]
 
-    return curve
+    return at
+
+
+@njit(cache=True, error_model="numpy")
+def _min_sum_arrays(target, draft):
+    """The curve G of ``min_sum_curve`` (``_sorted_curve``) from the tokens of p, q > 0.
+    # [vocab] x2 -> (curve, [m], [m])"""
+    count = 0
+    for token in range(target.size):
+        if target[token] > 0 and draft[token] > 0:
+            count += 1
+    ratios, targets, drafts, steep = np.empty(count), np.empty(count), np.empty(count), np.zeros(2)
+    count = 0
+    for token in range(target.size):
+        if target[token] > 0 and draft[token] > 0:
+            count = _add_breakpoint(target[token], draft[token], ratios, targets, drafts, steep, count)
+    return _sorted_curve(ratios[:count], targets[:count], drafts[:count], steep)
+
+
+@njit(cache=True, error_model="numpy")
+def _add_breakpoint(target, draft, ratios, targets, drafts, steep, count):
+    """Adds a token of p, q > 0 to the ``count`` breakpoints so far of the curve G of
+    ``_sorted_curve``, or to ``steep`` where p/q overflows.  # -> the count"""
+    ratio = target / draft
+    if ratio == np.inf:
+        steep[0] += target
+        steep[1] += draft
+        return count
+    ratios[count], targets[count], drafts[count] = ratio, target, draft
+    return count + 1
+
+
+@njit(cache=True)
+def _sorted_curve(ratios, targets, drafts, steep):
+    """The curve G of ``min_sum_curve`` as (breakpoints [m] ascending, sums [m + 1, 2],
+    steep [2]), from the ratios p/q, p and q of the tokens of p, q > 0 whose ratio is finite
+    and ``steep``, the summed p and q of the others: with j breakpoints ≤ t,
+    G(t) = sums[j, 0] + t·sums[j, 1] + min(steep[0], t·steep[1]), sums[j, 0] the target mass
+    of the first j breakpoints (a running sum), sums[j, 1] the draft mass of the others
+    (summed from the last); and p and q at each breakpoint.
+    # [m] x3, [2] -> (curve, [m], [m])"""
+    order = _ascending_order(ratios)
+    breakpoints, targets, drafts = ratios[order], targets[order], drafts[order]
+    sums = np.zeros((order.size + 1, 2))
+    for place in range(order.size):
+        sums[place + 1, 0] = sums[place, 0] + targets[place]
+    for place in range(order.size - 1, -1, -1):
+        sums[place, 1] = sums[place + 1, 1] + drafts[place]
+    return (breakpoints, sums, steep), targets, drafts
+
+
+@njit(cache=True)
+def _min_sum_values(curve, thresholds, pieces, values):
+    """Writes G(thresholds[i]) into values[i] from ``_min_sum_arrays``' curve. A piece
+    (a row of ``pieces``: from breakpoint, to breakpoint, G = below + t·above there, and the
+    number of breakpoints below it) is the linear piece of G a threshold last fell on:
+    ``pieces`` [k, 5] holds one per threshold, carried from call to call (thresholds that
+    move little between calls), or one row shared by them all (thresholds in sequence). A
+    threshold on its piece needs no search; the piece of another is searched for from
+    there (``_find_piece``).  # thresholds [k], pieces [k or 1, 5], values [k]"""
+    breakpoints, sums, steep = curve
+    shared = pieces.shape[0] == 1
+    for place in range(thresholds.size):
+        piece = 0 if shared else place
+        threshold = thresholds[place]
+        if not pieces[piece, 0] <= threshold < pieces[piece, 1]:
+            _find_piece(breakpoints, sums, threshold, pieces, piece)
+        value = pieces[piece, 2]
+        if pieces[piece, 3] > 0:  # a finite threshold below the largest breakpoint
+            value += threshold * pieces[piece, 3]
+        if steep[1] > 0:
+            value += min(steep[0], threshold * steep[1])
+        values[place] = value
+
+
+@njit(cache=True)
+def _new_pieces(count):
+    """``count`` pieces of ``_min_sum_values`` that hold no threshold: the first threshold
+    of each is searched for from the lowest breakpoint.  # -> [count, 5]"""
+    pieces = np.zeros((count, 5))
+    pieces[:, 0] = np.inf
+    pieces[:, 1] = -np.inf
+    return pieces
 
 
 def rrs_without_replacement_acceptance(
@@ -116,6 +189,8 @@ def rrs_without_replacement_acceptance(
     largest draft tokens is below ``SMALLEST_REST`` is split at its first draft first
     (``_split_at_first_draft``).
     """
+    target_row = np.ascontiguousarray(target_row, dtype=np.float64)
+    draft_row = np.ascontiguousarray(draft_row, dtype=np.float64)
     if num_drafts >= 2 and _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST:
         return _split_at_first_draft(target_row, draft_row, num_drafts, tolerance)
     if num_drafts == 3:
@@ -167,9 +242,30 @@ def recursion_seconds(rejectable: int, vocab_size: int, num_drafts: int) -> floa
     return calls * SECONDS_PER_LEVEL_TOKEN * (1 + vocab_size)
 
 
-def _rest_off_the_largest(draft_row, count) -> float:
-    """Σ q over every token but the ``count`` most probable ones."""
-    return float(zeroed(draft_row[None, :], top_tokens(draft_row[None, :], count)).sum())
+@njit(cache=True)
+def _rest_off_the_largest(draft_row, count):
+    """Σ q over every token but the ``count`` most probable ones (ties to the lower id),
+    summed from those tokens themselves.  # [vocab] -> float"""
+    count = min(count, draft_row.size)
+    largest = np.empty(count, dtype=np.int64)  # most probable first
+    for place in range(count):
+        largest[place] = -1
+    for token in range(draft_row.size):
+        place = count
+        while place > 0 and (largest[place - 1] < 0 or draft_row[token] > draft_row[largest[place - 1]]):
+            place -= 1
+        if place < count:
+            for later in range(count - 1, place, -1):
+                largest[later] = largest[later - 1]
+            largest[place] = token
+    rest = 0.0
+    for token in range(draft_row.size):
+        counted = True
+        for place in range(count):
+            counted = counted and largest[place] != token
+        if counted:
+            rest += draft_row[token]
+    return rest
 
 
 def _split_at_first_draft(target_row, draft_row, num_drafts, tolerance) -> float:
@@ -208,6 +304,8 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
                      hint="the recursion grows as V^(n−2); n ≤ 3 is fast at any vocabulary size")
 
     def level(current, removed, remaining):
+        if remaining == 2:
+            return _two_draft_acceptance(current, np.where(removed, 0.0, draft_row))
         kept_mass = draft_row[~removed].sum()  # 1 − q(S), summed: no cancellation
         scale = 1.0 / kept_mass
         accept_mass = float(np.minimum(current, scale * draft_row).sum())  # G(s), one point: no sort
@@ -217,18 +315,75 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
         rejection = np.where(removed, 0.0, np.maximum(scale * draft_row - current, 0.0))
         rejected_tokens = np.flatnonzero(rejection > 0)
         next_target = leftover / leftover.sum()
-        if remaining == 2:
-            next_kept_mass = _mass_without(draft_row, ~removed, rejected_tokens)
-            tail = min_sum_curve(next_target, draft_row)(1.0 / next_kept_mass)
-        else:
-            tail = []
-            for token in rejected_tokens:
-                now_removed = removed.copy()
-                now_removed[token] = True
-                tail.append(level(next_target, now_removed, remaining - 1))
+        tail = []
+        for token in rejected_tokens:
+            now_removed = removed.copy()
+            now_removed[token] = True
+            tail.append(level(next_target, now_removed, remaining - 1))
         return accept_mass + float(np.dot(rejection[rejected_tokens], tail))
 
     return level(target_row, np.zeros(draft_row.shape, dtype=bool), num_drafts)
+
+
+@njit(cache=True, error_model="numpy")
+def _two_draft_acceptance(current, draft):
+    """The acceptance of the last two levels of RRS without replacement, from the residual
+    ``current`` entering them and the draft mass ``draft`` not yet removed (0 at removed
+    tokens, not renormalised): with s = 1/q(kept) and the next residual
+    p' = norm((current − s·q)+), α = Σ min(current, s·q) + Σ_x (s·q − current)+(x)·G'(1/(q(kept) − q(x))),
+    G' the curve of p' (``_sorted_curve``); q(kept) − q(x) is the summed mass of the others
+    for the largest x (``probability.mass_of_the_others``). Three passes over the row and
+    one sort, for the curve; the look-ups are each searched for from the last (most x have
+    tiny q, so nearby thresholds). Sums over the vocabulary are compensated (``_added``).
+    # current, draft [vocab] -> float"""
+    kept = kept_carry = 0.0
+    largest = 0
+    for token in range(draft.size):
+        kept, kept_carry = _added(kept, kept_carry, draft[token])
+        if draft[token] > draft[largest]:
+            largest = token
+    kept += kept_carry
+    scale = 1.0 / kept
+    accepted = accepted_carry = leftover = leftover_carry = 0.0
+    rejected = residual = 0
+    for token in range(draft.size):
+        accepted, accepted_carry = _added(accepted, accepted_carry, min(current[token], scale * draft[token]))
+        leftover, leftover_carry = _added(leftover, leftover_carry, max(current[token] - scale * draft[token], 0.0))
+        if scale * draft[token] - current[token] > 0:
+            rejected += 1
+        elif current[token] - scale * draft[token] > 0 and draft[token] > 0:
+            residual += 1
+    accepted += accepted_carry
+    leftover += leftover_carry
+    if accepted >= 1.0 or leftover <= 0:  # empty: equal up to rounding
+        return accepted
+    thresholds, rejection = np.empty(rejected), np.empty(rejected)  # 1/(q(kept) − q(x)), (s·q − current)(x)
+    ratios, targets, drafts, steep = np.empty(residual), np.empty(residual), np.empty(residual), np.zeros(2)
+    others = others_carry = 0.0  # of the largest
+    rejected = residual = 0
+    largest_place = -1  # where the largest token is among the rejected ones, if it is
+    for token in range(draft.size):
+        if token != largest:
+            others, others_carry = _added(others, others_carry, draft[token])
+        if scale * draft[token] - current[token] > 0:
+            rejection[rejected] = scale * draft[token] - current[token]
+            if token == largest:
+                largest_place = rejected
+            else:
+                thresholds[rejected] = 1.0 / (kept - draft[token])
+            rejected += 1
+        elif current[token] - scale * draft[token] > 0 and draft[token] > 0:
+            residual = _add_breakpoint((current[token] - scale * draft[token]) / leftover, draft[token], ratios,
+                                       targets, drafts, steep, residual)
+    if largest_place >= 0:
+        thresholds[largest_place] = 1.0 / (others + others_carry)
+    reached = np.empty(rejected)
+    _min_sum_values(_sorted_curve(ratios[:residual], targets[:residual], drafts[:residual], steep)[0], thresholds,
+                    _new_pieces(1), reached)
+    tail = tail_carry = 0.0
+    for place in range(rejected):
+        tail, tail_carry = _added(tail, tail_carry, rejection[place] * reached[place])
+    return accepted + (tail + tail_carry)
 
 
 def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERANCE):
@@ -382,96 +537,99 @@ class _Bins:
 def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
     """Estimated seconds of one ``_bracket`` pass of ``first_bins`` × ``second_bins`` bins
     over ``tokens`` draft tokens (module docstring), the row's sorts not included."""
-    return (SECONDS_PER_GROUP_BIN * first_bins * second_bins
-            + SECONDS_PER_CHUNK_TOKEN * 2 * first_bins * tokens / GROUP_CHUNK)
+    return SECONDS_PER_GROUP_BIN * first_bins * second_bins + SECONDS_PER_PASS_TOKEN * tokens
 
 
-def _bin_starts(values, masses, bins: int) -> np.ndarray:
-    """Start indices of bins of sorted distinct ``values`` with their ``masses``, at most
-    ``bins`` of them (two where ``bins`` is 1): the largest half one value each, the largest
-    value always alone, the smaller values in runs of equal Σ √(mass·gap), gap the step to
-    the next value. A bin's part of the bracket is about its mass times its range of values
-    (A3 and the weights move about linearly in both draft values), and runs of equal
-    Σ √(mass·gap) make those products about equal (at a fixed number of bins the sum of
-    mass × range is smallest so): among the many tiny values of a real row the bins are
-    wide, near the top narrow. On llama.cpp's float32 rows this closes the bracket at 512
-    bins a side where equal runs of values needed a bin per x1 value and 4,096 x2 bins. The
-    largest value's own bin keeps ``_bracket`` exact where its s = 1/(1 − q) is huge (its
-    x2 = x1 term cancels there).
-    # values [k] ascending, masses [k] -> ascending, starting at 0"""
-    if bins >= len(values):
-        return np.arange(len(values))
+@njit(cache=True, error_model="numpy")
+def _bin_starts(reached, bins):
+    """Start indices of bins of sorted distinct values, at most ``bins`` of them (two where
+    ``bins`` is 1): the largest half one value each, the largest value always alone, the
+    smaller values in runs of equal Σ √(mass·gap), gap the step to the next value
+    (``reached``: those sums before each value, summed in order by ``_three_level_arrays``;
+    value i is in run ⌊reached[i]·runs/total⌋, at most the last, total the sum over them;
+    each run's start found by bisection). A bin's part of the bracket is about its mass
+    times its range of values (A3 and the weights move about linearly in both draft
+    values), and runs of equal Σ √(mass·gap) make those products about equal (at a fixed
+    number of bins the sum of mass × range is smallest so): among the many tiny values of a
+    real row the bins are wide, near the top narrow. On llama.cpp's float32 rows this
+    closes the bracket at 512 bins a side where equal runs of values needed a bin per x1
+    value and 4,096 x2 bins. The largest value's own bin keeps ``_bracket`` exact where its
+    s = 1/(1 − q) is huge (its x2 = x1 term cancels there).  # reached [k] -> ascending, starting at 0"""
+    count = reached.size
+    if bins >= count:  # a bin per value
+        starts = np.empty(count, dtype=np.int64)
+        for place in range(count):
+            starts[place] = place
+        return starts
     top = max(1, bins // 2)
     runs = max(1, bins - top)
-    rest = len(values) - top
-    steps = np.sqrt(masses[:rest] * np.diff(values[: rest + 1]))
-    reached = np.concatenate([[0.0], np.cumsum(steps)[:-1]])  # Σ before each value
-    total = reached[-1] + steps[-1]
-    run = np.minimum((reached * (runs / total)).astype(np.int64), runs - 1) if total > 0 else \
-        np.zeros(rest, dtype=np.int64)
-    starts = np.flatnonzero(np.concatenate([[True], np.diff(run) != 0]))
-    return np.concatenate([starts, np.arange(rest, len(values))])
+    rest = count - top
+    total = reached[rest]
+    starts = np.empty(runs + top, dtype=np.int64)
+    starts[0], found = 0, 1
+    for run in range(1, runs if total > 0 else 0):  # its first value: the first whose run is at least this one
+        low, high = starts[found - 1], rest
+        while low < high:
+            middle = (low + high) // 2
+            if np.int64(reached[middle] * (runs / total)) >= run:
+                high = middle
+            else:
+                low = middle + 1
+        if low < rest and low > starts[found - 1]:
+            starts[found] = low
+            found += 1
+    for place in range(rest, count):
+        starts[found] = place
+        found += 1
+    return starts[:found]
 
 
 @dataclass(frozen=True)
 class _ThreeLevels:
-    """What every ``_bracket`` pass of one row shares: the first rejection's law over x1
-    grouped by draft value (``first_values`` ascending, their weights (q − p)+, s, G(s)),
-    the positive draft tokens sorted by value (``values``, r = p²/q and p² in that order;
-    ``distinct`` where each value starts, ``first_index`` where one token of each x1 value
-    is), the curve G and 1 − q sums."""
+    """What every ``_bracket`` pass of one row shares (``_three_level_arrays``): the curve G
+    (``_min_sum_arrays``) with the draft and residual mass at each breakpoint; the positive
+    draft tokens sorted by value (``values``; ``resting``, their value where r = p²/q is 0
+    and 0 elsewhere; ``distinct``, where each value starts); the first rejection's law over
+    x1 grouped by draft value (``first_values`` ascending, their weights (q − p)+, s and
+    G(s)); the running sums the bins of each side are cut from (``second_reach``,
+    ``first_reach``: ``_bin_starts``); and the sums 1 − q needs (``complement``,
+    ``_one_minus``)."""
 
     total_variation: float
-    curve: object
-    one_minus: object
+    curve: tuple
+    moving_draft: np.ndarray
+    moving_residual: np.ndarray
+    values: np.ndarray
+    resting: np.ndarray
+    distinct: np.ndarray
+    second_reach: np.ndarray
     first_values: np.ndarray
     first_weights: np.ndarray
+    first_reach: np.ndarray
     scale: np.ndarray
     accept_second: np.ndarray
-    values: np.ndarray
-    ratio: np.ndarray
-    residual_mass: np.ndarray
-    distinct: np.ndarray
-    first_index: np.ndarray
+    complement: np.ndarray
     setup_seconds: float
     _bins: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, target_row, draft_row):
-        first_rejection = np.maximum(draft_row - target_row, 0.0)
-        total_variation = first_rejection.sum()
-        if total_variation <= 0:
+        arrays = _three_level_arrays(np.ascontiguousarray(target_row, dtype=np.float64),
+                                     np.ascontiguousarray(draft_row, dtype=np.float64))
+        if arrays[0] <= 0:  # p ≤ q everywhere
             return None
-        residual = np.maximum(target_row - draft_row, 0.0) / total_variation
-        curve = min_sum_curve(residual, draft_row)
-        positive = np.flatnonzero(draft_row > 0)  # every rejectable token among them: q > p ≥ 0
-        positive = positive[np.argsort(draft_row[positive])]
-        values = draft_row[positive]
-        rejectable = np.flatnonzero(first_rejection[positive] > 0)  # where in `values`
-        first_starts = np.flatnonzero(np.concatenate([[True], np.diff(values[rejectable]) != 0]))
-        first_values = values[rejectable[first_starts]]
-        first_weights = np.add.reduceat(first_rejection[positive[rejectable]], first_starts)
-        one_minus = _complement(draft_row)
-        scale = 1.0 / one_minus(first_values)
-        with np.errstate(over="ignore"):  # a ratio beyond 1.8e308 is above every threshold: inf
-            ratio = residual[positive] / values
-        distinct = np.flatnonzero(np.concatenate([[True], np.diff(values) != 0]))
-        return cls(float(total_variation), curve, one_minus, first_values, first_weights, scale, curve(scale),
-                   values, ratio, residual[positive], distinct, rejectable[first_starts],
-                   SECONDS_PER_ROW_TOKEN * len(draft_row))
+        return cls(*arrays, SECONDS_PER_ROW_TOKEN * len(draft_row))
 
     def first_bins(self, bins: int) -> np.ndarray:
         """Start indices (into ``first_values``) of at most ``bins`` bins of x1 values."""
         if ("first", bins) not in self._bins:
-            self._bins["first", bins] = _bin_starts(self.first_values, self.first_weights, bins)
+            self._bins["first", bins] = _bin_starts(self.first_reach, bins)
         return self._bins["first", bins]
 
     def second_bins(self, bins: int) -> np.ndarray:
         """Start indices (into ``values``) of at most ``bins`` bins of x2 values."""
         if ("second", bins) not in self._bins:
-            counts = np.diff(np.append(self.distinct, len(self.values)))
-            distinct_values = self.values[self.distinct]
-            self._bins["second", bins] = self.distinct[_bin_starts(distinct_values, distinct_values * counts, bins)]
+            self._bins["second", bins] = self.distinct[_bin_starts(self.second_reach, bins)]
         return self._bins["second", bins]
 
     def seconds(self, passes) -> float:
@@ -480,10 +638,8 @@ class _ThreeLevels:
 
     def affordable(self, passes, spent: float) -> bool:
         """Whether ``_bracket`` calls of (x1 bins, x2 bins) ``passes`` fit what is left of
-        ``BRACKET_SECONDS_LIMIT`` after ``spent`` seconds, and each ``BRACKET_BYTES_LIMIT``."""
-        return (spent + self.seconds(passes) <= BRACKET_SECONDS_LIMIT
-                and all(BYTES_PER_GROUP_BIN * min(first, GROUP_CHUNK) * second <= BRACKET_BYTES_LIMIT
-                        for first, second in passes))
+        ``BRACKET_SECONDS_LIMIT`` after ``spent`` seconds."""
+        return spent + self.seconds(passes) <= BRACKET_SECONDS_LIMIT
 
     def bracket(self, low_shares, high_shares):
         """Bounds on α from certified shares of α − (1 − TV) of x1 bins that hold every x1
@@ -492,33 +648,106 @@ class _ThreeLevels:
         return accepted_first + float(low_shares.sum()), accepted_first + float(high_shares.sum())
 
 
-def _complement(draft_row):
-    """v -> 1 − v and (v [k], w [m]) -> 1 − v − w [k, m] for draft values, exact where it
-    matters: for the largest value, when it is above 1/2, 1 − q(top) is the summed mass of
-    the other tokens (``probability.mass_of_the_others``), and for the two largest values
-    1 − q(top) − q(second) is the summed mass of the rest (0.99999968 and 3.2e-7 beside a
-    token of 1e-17 leave 1e-17, which the difference gets wrong by 1e-5 relative). Any other
-    pair of values leaves at least a third of the mass, and (1 − v) − w, or (1 − w) − v
-    where w is the largest value, is exact to rounding."""
-    second, top = np.argpartition(draft_row, -2)[-2:]
-    top_value, second_value = draft_row[top], draft_row[second]
-    top_complement = mass_of_the_others(draft_row)[0, top] if top_value > 0.5 else None
-    pair_complement = zeroed(draft_row[None, :], np.array([[top, second]])).sum()
+@njit(cache=True, error_model="numpy")
+def _three_level_arrays(target, draft):
+    """The fields of ``_ThreeLevels`` but the last, from two passes over the row, the
+    curve's sort (``_min_sum_arrays``) and one sort of the positive draft values
+    (``_ascending_order``), each token's p and q gathered once in that order; a total
+    variation of 0 where p ≤ q everywhere (the first draft is always accepted and nothing
+    else is used). 1 − q(top), for a largest value above 1/2, and 1 − q(top) − q(second)
+    are the summed masses of the other tokens (``_one_minus``). Sums over the vocabulary
+    are compensated (``_added``).  # target, draft [vocab]"""
+    total_variation = carry = 0.0
+    positive = residual = 0
+    for token in range(draft.size):
+        total_variation, carry = _added(total_variation, carry, max(draft[token] - target[token], 0.0))
+        if draft[token] > 0:
+            positive += 1
+            if target[token] > draft[token]:
+                residual += 1
+    total_variation += carry
+    keys, pairs = np.empty(positive), np.empty((positive, 2))  # q, and (q, p), of the positive draft tokens
+    ratios, targets, drafts, steep = np.empty(residual), np.empty(residual), np.empty(residual), np.zeros(2)
+    positive = residual = 0
+    for token in range(draft.size):
+        if draft[token] > 0:
+            keys[positive] = pairs[positive, 0] = draft[token]
+            pairs[positive, 1] = target[token]
+            positive += 1
+            if target[token] > draft[token]:  # the curve of the residual p² = (p − q)+/TV
+                residual = _add_breakpoint((target[token] - draft[token]) / total_variation, draft[token], ratios,
+                                           targets, drafts, steep, residual)
+    curve, moving_residual, moving_draft = _sorted_curve(ratios[:residual], targets[:residual], drafts[:residual],
+                                                         steep)
+    order = _ascending_order(keys)
+    values, resting = np.empty(positive), np.zeros(positive)
+    distinct, second_reach = np.empty(positive, dtype=np.int64), np.zeros(positive)
+    first_values, first_weights, first_reach = np.empty(positive), np.zeros(positive), np.zeros(positive)
+    distinct_count = first_count = tied = 0
+    for place in range(positive):
+        value, mass = pairs[order[place], 0], pairs[order[place], 1]
+        values[place] = value
+        if max(mass - value, 0.0) / total_variation / value == 0:  # r = p²/q, as the curve's ratios
+            resting[place] = value
+        if place == 0 or value != values[place - 1]:
+            if distinct_count:  # the last value's step: its mass value × count times the gap
+                last = values[place - 1]
+                step = np.sqrt((last * tied) * (value - last))
+                second_reach[distinct_count] = second_reach[distinct_count - 1] + step
+            distinct[distinct_count] = place
+            distinct_count += 1
+            tied = 0
+        tied += 1
+        if value > mass:  # rejectable: (q − p)+ > 0
+            if first_count == 0 or value != first_values[first_count - 1]:
+                if first_count:
+                    last = first_values[first_count - 1]
+                    first_reach[first_count] = first_reach[first_count - 1] + np.sqrt(
+                        first_weights[first_count - 1] * (value - last))
+                first_values[first_count] = value
+                first_count += 1
+            first_weights[first_count - 1] += value - mass
+    distinct, second_reach = distinct[:distinct_count].copy(), second_reach[:distinct_count].copy()
+    first_values, first_weights = first_values[:first_count].copy(), first_weights[:first_count].copy()
+    first_reach = first_reach[:first_count].copy()
+    rest = carry = 0.0  # 1 − q(top) − q(second)
+    for place in range(positive - 2):
+        rest, carry = _added(rest, carry, values[place])
+    complement = np.array([values[-1] if positive else 0.0, values[-2] if positive > 1 else 0.0, np.nan, rest + carry])
+    if complement[0] > 0.5:
+        complement[2] = complement[3] + complement[1]  # 1 − q(top)
+    scale, accept_second = np.empty(first_count), np.empty(first_count)
+    for group in range(first_count):
+        scale[group] = 1.0 / _one_minus(first_values[group], complement[0], complement[2])
+    _min_sum_values(curve, scale, _new_pieces(1), accept_second)
+    return (total_variation, curve, moving_draft, moving_residual, values, resting, distinct, second_reach,
+            first_values, first_weights, first_reach, scale, accept_second, complement)
 
-    def one_minus(values, others=None):
-        values = np.asarray(values, dtype=np.float64)
-        if others is not None:
-            table = one_minus(values)[:, None] - others[None, :]
-            largest = others == top_value
-            table[:, largest] = one_minus(others[largest])[None, :] - values[:, None]
-            for mine, theirs in ((top_value, second_value), (second_value, top_value)):
-                table[np.ix_(values == mine, others == theirs)] = pair_complement
-            return table
-        if top_complement is None:
-            return 1.0 - values
-        return np.where(values == top_value, top_complement, 1.0 - values)
 
-    return one_minus
+@njit(cache=True)
+def _one_minus(value, top, top_rest):
+    """1 − v for a draft value, exact where it matters: for the largest value ``top``, when
+    it is above 1/2, ``top_rest``, the summed mass of the other tokens
+    (``probability.mass_of_the_others``; NaN where the largest is at most 1/2); every other
+    value is at most 1/2 and 1 − v exact to rounding."""
+    if value == top and top_rest == top_rest:
+        return top_rest
+    return 1.0 - value
+
+
+@njit(cache=True)
+def _one_minus_pair(value, other, top, second, top_rest, pair_rest):
+    """1 − v − w for draft values v, w, exact where it matters: for the two largest values
+    1 − q(top) − q(second) is ``pair_rest``, the summed mass of the rest (0.99999968 and
+    3.2e-7 beside a token of 1e-17 leave 1e-17, which the difference gets wrong by 1e-5
+    relative). Any other pair of values leaves at least a third of the mass, and
+    (1 − v) − w, or (1 − w) − v where w is the largest value, is exact to rounding
+    (``_one_minus``)."""
+    if (value == top and other == second) or (value == second and other == top):
+        return pair_rest
+    if other == top:
+        return _one_minus(other, top, top_rest) - value
+    return _one_minus(value, top, top_rest) - other
 
 
 def _mass_without(draft_row, kept, tokens):
@@ -543,87 +772,261 @@ def _bracket(levels: _ThreeLevels, first_starts, first_ends, second_starts):
     is certified whatever bins the other x1 values are in. Bins of one value each make both
     bounds the exact sum. The largest draft value must have a bin of its own on both sides
     (``_bin_starts``): there s can be 10^7 and more, and its x2 = x1 term cancels exactly
-    only against its own bin. # -> [bins], [bins]"""
-    sizes = first_ends - first_starts
-    weight = _sums_over(levels.first_weights, first_starts, first_ends)  # W per x1 bin
-    accepted = _sums_over(levels.first_weights * levels.accept_second, first_starts, first_ends)
-    scale_low, scale_high = levels.scale[first_starts], levels.scale[first_ends - 1]
-    first_low, first_high = levels.first_values[first_starts], levels.first_values[first_ends - 1]
-    values = levels.values
-    second_ends = np.concatenate([second_starts[1:], [len(values)]])
-    second_low, second_high = values[second_starts], values[second_ends - 1]
-    num_bins = len(second_starts)
-    bin_of = np.repeat(np.arange(num_bins), second_ends - second_starts)  # x2 bin per token
-    # a token of r = 0 (p² = 0, no residual mass) counts in L_b at every s ≥ 1, one of r ≥ the
-    # largest s at none: only the few between (a few % of a real row's) are placed among each
-    # chunk's scales
-    resting = levels.ratio == 0
-    resting_draft = np.bincount(bin_of[resting], weights=values[resting], minlength=num_bins)
-    moving = np.flatnonzero((levels.ratio > 0) & (levels.ratio < scale_high[-1]))
-    moving_bin, moving_ratio = bin_of[moving], levels.ratio[moving]
-    moving_draft, moving_residual = values[moving], levels.residual_mass[moving]
-    # the x2 = x1 terms: each x1 group's weight·(q(x1)·s), by its (x1 bin, x2 bin); the product
-    # is formed as in L_b (s times the bin's draft mass), so a bin of x1 alone cancels exactly
-    group_start = np.concatenate([[0], np.cumsum(sizes)])  # where each bin's x1 groups start among them all
-    group_bin = np.repeat(np.arange(len(first_starts)), sizes)
-    group = np.arange(group_start[-1]) + np.repeat(first_starts - group_start[:-1], sizes)
-    own_bin = bin_of[levels.first_index[group]]
-    own_weight = (levels.first_weights * (levels.scale * levels.first_values))[group]
-    low, high = accepted.copy(), accepted.copy()
-    for start in range(0, len(first_starts), GROUP_CHUNK):
-        chunk = slice(start, start + GROUP_CHUNK)
-        size = len(scale_low[chunk])
-        # L_b at every bin's s_lo and s_hi, ascending as the bins are: a token with r < s
-        # counts at s, i.e. where its position among the sorted scales is ≤ the scale's index
-        scales = np.empty(2 * size)
-        scales[0::2], scales[1::2] = scale_low[chunk], scale_high[chunk]
-        key = np.searchsorted(scales, moving_ratio, side="right") * num_bins + moving_bin
-        draft_sums, residual_sums = np.zeros((2 * size + 1) * num_bins), np.zeros((2 * size + 1) * num_bins)
-        draft_sums[:num_bins] = resting_draft
-        np.add.at(draft_sums, key, moving_draft)
-        np.add.at(residual_sums, key, moving_residual)
-        draft_below = np.cumsum(draft_sums.reshape(2 * size + 1, num_bins)[: 2 * size], axis=0)  # [2·size, bins]
-        residual_below = np.cumsum(residual_sums.reshape(2 * size + 1, num_bins)[: 2 * size], axis=0)
-        second = np.maximum(scales[:, None] * draft_below - residual_below, 0.0)  # [2·size, bins]
-        at_low, at_high = _third_acceptance_bounds(
-            levels, first_low[chunk], first_high[chunk], scale_low[chunk], scale_high[chunk], second_low, second_high)
-        in_chunk = slice(group_start[start], group_start[start + size])  # the chunk's x1 groups, in order
-        own = np.bincount((group_bin[in_chunk] - start) * num_bins + own_bin[in_chunk], weights=own_weight[in_chunk],
-                          minlength=size * num_bins).reshape(size, num_bins)
-        bin_weight = weight[chunk][:, None]
-        low[chunk] += (np.maximum(bin_weight * second[0::2] - own, 0.0) * at_low).sum(axis=1)
-        high[chunk] += (np.maximum(bin_weight * second[1::2] - own, 0.0) * at_high).sum(axis=1)
+    only against its own bin. One compiled pass (``_bracket_shares``). # -> [bins], [bins]"""
+    return _bracket_shares(levels.curve, levels.moving_draft, levels.moving_residual, levels.values,
+                           levels.resting, levels.first_values, levels.first_weights, levels.scale,
+                           levels.accept_second, levels.complement,
+                           np.ascontiguousarray(first_starts, dtype=np.int64),
+                           np.ascontiguousarray(first_ends, dtype=np.int64),
+                           np.ascontiguousarray(second_starts, dtype=np.int64))
+
+
+@njit(cache=True, error_model="numpy")
+def _bracket_shares(curve, moving_draft, moving_residual, values, resting, first_values, first_weights, scale,
+                    accept_second, complement, first_starts, first_ends, second_starts):
+    """``_bracket``'s bounds, the x1 bins taken in ascending order of s: L_b at each bin's
+    s_lo and s_hi is s·(draft mass) − (residual mass) of the x2 tokens of b with r < s,
+    running sums per x2 bin to which a token of r = 0 (p² = 0, no residual mass) belongs
+    from the start and one of 0 < r < s is added as the scales pass its r (the curve's
+    breakpoints are these tokens in order of r). The x2 = x1 terms, each x1 group's
+    W·(s·q(x1)), are formed as in L_b (s times the bin's draft mass), so a bin of x1 alone
+    cancels exactly. A pair whose upper weight is 0 adds 0 to both bounds. Each x1 bin's
+    thresholds of G are looked up together (``_min_sum_values``), each x2 bin's on the
+    piece of G it fell on at the x1 bin before.
+    # moving_* [breakpoints], values, resting [tokens], first_*, scale, accept_second [groups],
+    # first_starts, first_ends [bins], second_starts [second bins] -> [bins], [bins]"""
+    top, second_top, top_rest, pair_rest = complement[0], complement[1], complement[2], complement[3]
+    bins, second_bins = first_starts.size, second_starts.size
+    second_low, second_high = np.empty(second_bins), np.empty(second_bins)
+    draft_below, residual_below = np.zeros(second_bins), np.zeros(second_bins)
+    for x2_bin in range(second_bins):
+        start = second_starts[x2_bin]
+        end = second_starts[x2_bin + 1] if x2_bin + 1 < second_bins else values.size
+        second_low[x2_bin], second_high[x2_bin] = values[start], values[end - 1]
+        for place in range(start, end):
+            draft_below[x2_bin] += resting[place]
+    # the tokens of 0 < r < the largest s, in order of r, and their x2 bins
+    breakpoints = curve[0]
+    passed = _count_below(breakpoints, 0.0, True)
+    moving_bin = np.empty(_count_below(breakpoints, scale[first_ends[-1] - 1], False), dtype=np.int64)
+    for place in range(passed, moving_bin.size):
+        moving_bin[place] = _count_below(second_low, moving_draft[place], True) - 1
+    own, own_bin = np.zeros(second_bins), 0
+    weight_low, weight_high = np.empty(second_bins), np.empty(second_bins)  # L_b at s_lo, s_hi, then the weights
+    wide, narrow = np.empty(second_bins), np.empty(second_bins)  # 1 − q1 − q2 at the bins' low and high ends
+    thresholds_low, thresholds_high = np.ones(second_bins), np.ones(second_bins)
+    reached_low, reached_high = np.empty(second_bins), np.empty(second_bins)
+    pieces_low, pieces_high = _new_pieces(second_bins), _new_pieces(second_bins)
+    low, high = np.empty(bins), np.empty(bins)
+    for x1_bin in range(bins):
+        start, end = first_starts[x1_bin], first_ends[x1_bin]
+        weight = accepted = 0.0
+        for group in range(start, end):
+            weight += first_weights[group]
+            accepted += first_weights[group] * accept_second[group]
+            while own_bin + 1 < second_bins and second_low[own_bin + 1] <= first_values[group]:
+                own_bin += 1
+            own[own_bin] += first_weights[group] * (scale[group] * first_values[group])
+        scale_low, scale_high = scale[start], scale[end - 1]
+        accept_low, accept_high = accept_second[start], accept_second[end - 1]
+        while passed < moving_bin.size and breakpoints[passed] < scale_low:
+            draft_below[moving_bin[passed]] += moving_draft[passed]
+            residual_below[moving_bin[passed]] += moving_residual[passed]
+            passed += 1
+        for x2_bin in range(second_bins):
+            weight_low[x2_bin] = max(scale_low * draft_below[x2_bin] - residual_below[x2_bin], 0.0)
+        while passed < moving_bin.size and breakpoints[passed] < scale_high:
+            draft_below[moving_bin[passed]] += moving_draft[passed]
+            residual_below[moving_bin[passed]] += moving_residual[passed]
+            passed += 1
+        first_low, first_high = first_values[start], first_values[end - 1]
+        plain = first_high < second_top  # below the two largest values 1 − q1 − q2 is (1 − q1) − q2
+        for x2_bin in range(second_bins):
+            weight_high[x2_bin] = max(scale_high * draft_below[x2_bin] - residual_below[x2_bin], 0.0)
+            weight_low[x2_bin] = max(weight * weight_low[x2_bin] - own[x2_bin], 0.0)
+            weight_high[x2_bin] = weight * weight_high[x2_bin] - own[x2_bin]
+            if weight_high[x2_bin] <= 0:  # adds nothing: its thresholds stay where they were
+                continue
+            if plain and second_high[x2_bin] < second_top:
+                wide[x2_bin] = (1.0 - first_low) - second_low[x2_bin]
+                narrow[x2_bin] = (1.0 - first_high) - second_high[x2_bin]
+            else:
+                wide[x2_bin] = _one_minus_pair(first_low, second_low[x2_bin], top, second_top, top_rest, pair_rest)
+                narrow[x2_bin] = _one_minus_pair(first_high, second_high[x2_bin], top, second_top, top_rest, pair_rest)
+            thresholds_low[x2_bin], thresholds_high[x2_bin] = _third_thresholds(
+                wide[x2_bin], narrow[x2_bin], scale_low, scale_high, accept_low, accept_high)
+        _min_sum_values(curve, thresholds_low, pieces_low, reached_low)
+        _min_sum_values(curve, thresholds_high, pieces_high, reached_high)
+        low_sum = high_sum = 0.0
+        for x2_bin in range(second_bins):
+            if weight_high[x2_bin] > 0:
+                lower, upper = _third_acceptance_bounds(wide[x2_bin], narrow[x2_bin], accept_low, accept_high,
+                                                        reached_low[x2_bin], reached_high[x2_bin])
+                low_sum += weight_low[x2_bin] * lower
+                high_sum += weight_high[x2_bin] * upper
+        low[x1_bin], high[x1_bin] = accepted + low_sum, accepted + high_sum
+        for x2_bin in range(second_bins):
+            own[x2_bin] = 0.0
     return low, high
 
 
-def _sums_over(values, starts, ends) -> np.ndarray:
-    """Σ values[start:end] for each (start, end), end > start.  # values [k]; starts, ends [m] -> [m]"""
-    bounds = np.empty(2 * len(starts), dtype=np.int64)
-    bounds[0::2], bounds[1::2] = starts, ends
-    return np.add.reduceat(np.append(values, 0.0), bounds)[0::2]
-
-
-def _third_acceptance_bounds(levels, first_low, first_high, scale_low, scale_high, second_low, second_high):
-    """Bounds on A3 = (G(t) − G(s))/(1 − G(s)), t = s + (1 − G(s))/(1 − q(x1) − q(x2)), over
-    each pair of an x1 bin (q(x1) in [first_low, first_high], s in [scale_low, scale_high])
-    and an x2 bin (q(x2) in [second_low, second_high]), by intervals: G increases, so
-    G(s) and 1 − G(s) lie between their values at the ends of s, t between
+@njit(cache=True, error_model="numpy")
+def _third_thresholds(wide, narrow, scale_low, scale_high, accept_low, accept_high):
+    """The thresholds of G that bound A3 over a pair of bins (``_third_acceptance_bounds``):
     s_lo + (1 − G(s_hi))/(1 − q1_lo − q2_lo) and s_hi + (1 − G(s_lo))/(1 − q1_hi − q2_hi),
-    and A3 ∈ [0, 1]. A pair of one value each gets the exact A3 at both. A3 is 1 where
-    q(x1) + q(x2) ≥ 1 (the third draft is the last token: G(∞) = 1); where the second level
-    never rejects (1 − G(s) = 0) its weights L are 0 and A3 is set to 0.  # -> [G, bins] twice"""
-    accept_low, accept_high = levels.curve(scale_low)[:, None], levels.curve(scale_high)[:, None]
+    ``wide`` and ``narrow`` those 1 − q1 − q2; s itself where a bound needs no G.
+    # -> (lower threshold, upper threshold)"""
+    rest_low, rest_high = 1.0 - accept_high, 1.0 - accept_low
+    return (scale_low + rest_low / wide if wide > 0 else scale_low,
+            scale_high + rest_high / narrow if narrow > 0 and rest_low > 0 else scale_high)
+
+
+@njit(cache=True, error_model="numpy")
+def _third_acceptance_bounds(wide, narrow, accept_low, accept_high, reached_low, reached_high):
+    """Bounds on A3 = (G(t) − G(s))/(1 − G(s)), t = s + (1 − G(s))/(1 − q(x1) − q(x2)), over
+    a pair of an x1 bin (q(x1) in [q1_lo, q1_hi], s in [s_lo, s_hi], G(s) in [``accept_low``,
+    ``accept_high``]) and an x2 bin (q(x2) in [q2_lo, q2_hi]), by intervals: G increases, so
+    G(s) and 1 − G(s) lie between their values at the ends of s, t between
+    s_lo + (1 − G(s_hi))/(1 − q1_lo − q2_lo) and s_hi + (1 − G(s_lo))/(1 − q1_hi − q2_hi)
+    (``_third_thresholds``; ``wide``, ``narrow`` those 1 − q1 − q2, ``reached_low``,
+    ``reached_high`` G there), and A3 ∈ [0, 1]. A pair of one value each gets the exact A3
+    at both. A3 is 1 where q(x1) + q(x2) ≥ 1 (the third draft is the last token:
+    G(∞) = 1); where the second level never rejects (1 − G(s) = 0) its weights L are 0 and
+    A3 is set to 0.  # -> (lower, upper)"""
     rest_low, rest_high = 1.0 - accept_high, 1.0 - accept_low  # 1 − G(s) at s_hi and at s_lo
-    narrow = levels.one_minus(first_high, second_high)  # smallest 1 − q1 − q2
-    wide = levels.one_minus(first_low, second_low)
-    with np.errstate(divide="ignore", invalid="ignore"):  # where they are 0, the cases below set A3
-        lower = (levels.curve(scale_low[:, None] + rest_low / wide) - accept_high) / rest_high
-        upper = (levels.curve(scale_high[:, None] + rest_high / narrow) - accept_low) / rest_low
-    np.clip(lower, 0.0, 1.0, out=lower)
-    np.clip(upper, 0.0, 1.0, out=upper)
-    lower[wide <= 0] = 1.0
-    upper[narrow <= 0] = 1.0
-    upper[rest_low[:, 0] <= 0] = 1.0
-    never = rest_high[:, 0] <= 0
-    lower[never] = upper[never] = 0.0
+    if rest_high <= 0:
+        return 0.0, 0.0
+    lower = min(max((reached_low - accept_high) / rest_high, 0.0), 1.0) if wide > 0 else 1.0
+    upper = min(max((reached_high - accept_low) / rest_low, 0.0), 1.0) if narrow > 0 and rest_low > 0 else 1.0
     return lower, upper
+
+
+@njit(cache=True)
+def _count_below(ascending, value, or_equal):
+    """The number of entries of ``ascending`` below ``value`` (or equal to it, where
+    ``or_equal``), by bisection.  # [k] -> int"""
+    low, high = 0, ascending.size
+    while low < high:
+        middle = (low + high) // 2
+        if ascending[middle] < value or (or_equal and ascending[middle] == value):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@njit(cache=True)
+def _find_piece(breakpoints, sums, threshold, pieces, piece):
+    """Sets ``pieces[piece]`` to the piece of G that ``threshold`` falls on: its rank (the
+    number of breakpoints ≤ threshold) is found by a search that gallops from the piece's
+    last rank (steps 1, 2, 4, … towards it, then bisects), O(log distance)."""
+    size = breakpoints.size
+    hint = np.int64(pieces[piece, 4])
+    if hint > 0 and breakpoints[hint - 1] > threshold:  # the rank is below hint
+        low, high, step = 0, hint - 1, 1
+        while high - step > 0:
+            if breakpoints[high - step - 1] <= threshold:
+                low = high - step
+                break
+            high -= step
+            step *= 2
+    else:
+        low, high, step = hint, size, 1
+        while low + step <= size:
+            if breakpoints[low + step - 1] > threshold:
+                high = low + step - 1
+                break
+            low += step
+            step *= 2
+    while low < high:
+        middle = (low + high) // 2
+        if breakpoints[middle] <= threshold:
+            low = middle + 1
+        else:
+            high = middle
+    pieces[piece, 0] = breakpoints[low - 1] if low > 0 else -np.inf
+    pieces[piece, 1] = breakpoints[low] if low < size else np.inf
+    pieces[piece, 2], pieces[piece, 3], pieces[piece, 4] = sums[low, 0], sums[low, 1], low
+
+
+@njit(cache=True)
+def _ascending_order(keys):
+    """The stable ascending order of non-negative floats (∞ allowed).
+
+    A non-negative float's bits rise with its value: each key's bits above the lowest
+    ``INDEX_BITS`` are packed with its index below them and sorted (``_radix_sort``). Keys
+    that agree above the index bits (within 2^-21 of each other) are then put in order by
+    their lowest bits the same way, each with its place in the run below them.
+    # [k] -> [k] int"""
+    count = keys.size
+    bits = keys.view(np.uint64)
+    index_bits, index_mask = np.uint64(INDEX_BITS), np.uint64((1 << INDEX_BITS) - 1)
+    packed = np.empty(count, dtype=np.uint64)
+    for place in range(count):
+        packed[place] = ((bits[place] >> index_bits) << index_bits) | np.uint64(place)
+    _radix_sort(packed)
+    order = np.empty(count, dtype=np.int64)
+    start, tied = 0, False  # a run of keys equal above the index bits, and whether they are out of order
+    for place in range(count):
+        order[place] = np.int64(packed[place] & index_mask)
+        if place > start:
+            tied = tied or keys[order[place]] < keys[order[place - 1]]
+        if place + 1 < count and (packed[place + 1] >> index_bits) == (packed[start] >> index_bits):
+            continue
+        if tied:  # by the lowest bits, ties in index order (the run's order so far)
+            run = np.empty(place + 1 - start, dtype=np.uint64)
+            for within in range(run.size):
+                run[within] = ((bits[order[start + within]] & index_mask) << index_bits) | np.uint64(within)
+            _radix_sort(run)
+            for within in range(run.size):  # the run's tokens, in its new order
+                run[within] = np.uint64(order[start + np.int64(run[within] & index_mask)])
+            for within in range(run.size):
+                order[start + within] = np.int64(run[within])
+        start, tied = place + 1, False
+    return order
+
+
+@njit(cache=True)
+def _radix_sort(packed):
+    """Sorts ``packed`` in place by its bits above the lowest ``INDEX_BITS``, stably:
+    least-significant-digit radix passes of ``RADIX_BITS`` (one counting pass for all
+    digits; a digit that every key shares is skipped).  # [k] uint64"""
+    count = packed.size
+    digits = (64 - INDEX_BITS + RADIX_BITS - 1) // RADIX_BITS
+    digit_mask = (1 << RADIX_BITS) - 1
+    counts = np.zeros((digits, 1 << RADIX_BITS), dtype=np.int64)
+    for place in range(count):
+        high = np.int64(packed[place] >> np.uint64(INDEX_BITS))
+        for digit in range(digits):
+            counts[digit, (high >> (digit * RADIX_BITS)) & digit_mask] += 1
+    keys, spare, swapped = packed, np.empty(count, dtype=np.uint64), False
+    for digit in range(digits):
+        shift = np.uint64(INDEX_BITS + digit * RADIX_BITS)
+        if count == 0 or counts[digit, np.int64(keys[0] >> shift) & digit_mask] == count:
+            continue
+        start = 0
+        for bucket in range(1 << RADIX_BITS):
+            size = counts[digit, bucket]
+            counts[digit, bucket] = start
+            start += size
+        for place in range(count):
+            bucket = np.int64(keys[place] >> shift) & digit_mask
+            spare[counts[digit, bucket]] = keys[place]
+            counts[digit, bucket] += 1
+        keys, spare, swapped = spare, keys, not swapped
+    if swapped:
+        for place in range(count):
+            packed[place] = keys[place]
+
+
+@njit(cache=True)
+def _added(total, carry, value):
+    """total + value, the rounding error of each addition kept in ``carry``
+    (Neumaier's compensated sum: total + carry at the end is the sum to about one rounding,
+    whatever the number of terms).  # -> (total, carry)"""
+    summed = total + value
+    if abs(total) >= abs(value):
+        carry += (total - summed) + value
+    else:
+        carry += (value - summed) + total
+    return summed, carry
