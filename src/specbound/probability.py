@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit
+from specbound.compiled import compiled
 
 SUM_TOLERANCE = 1e-6
 PAIRWISE_BLOCK = 128  # numpy's pairwise summation sums blocks of up to this many values directly
@@ -71,7 +71,7 @@ def as_distributions(name: str, probs, vocab_size: int | None = None) -> np.ndar
 NOT_FINITE, NEGATIVE = 1, 2  # what ``entries_problem`` finds wrong
 
 
-@njit(cache=True)
+@compiled
 def entries_problem(array):
     """``NOT_FINITE`` when an entry is NaN or ±inf, else ``NEGATIVE`` when one is below 0,
     else 0: one pass over the entries.  # [batch, vocab] float64 -> int"""
@@ -214,7 +214,7 @@ def top_tokens(draft_probs, count: int):
     return tokens.gather(1, order)
 
 
-@njit(cache=True)
+@compiled
 def most_probable(probs, count):
     """``top_tokens`` of numpy rows: one pass per row over the tokens in id order, keeping the
     ``count`` best so far sorted by (probability descending, id ascending); a token enters
@@ -242,16 +242,14 @@ def most_probable(probs, count):
     return tokens
 
 
-@njit(cache=True)
+@compiled
 def pairwise_sum(values, start, stop):
     """Σ values[start:stop] (a float64 vector) in numpy's own order, so that a compiled loop
     sums a row bit for bit as ``ndarray.sum`` does: numpy halves a run (the first half a
     multiple of 8 long) down to blocks of at most ``PAIRWISE_BLOCK`` values (``block_sum``)
     and adds the halves' sums. The halving runs on an explicit stack: a cached kernel
-    calling a recursive one fails to link. Numba invalidates a cached kernel by its own
-    file only: after changing this function or ``block_sum``, delete the cached kernels
-    that call them (``drafts.greedy``'s ``__pycache__/*.nb[ic]``), which would otherwise
-    run the old code.  # [vocab], int, int -> float"""
+    calling a recursive one fails to link. Loops of other modules call it: their cache
+    follows its source (``compiled``).  # [vocab], int, int -> float"""
     first, last = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)  # a run per level: 2^64 values
     left, left_done = np.empty(64), np.zeros(64, dtype=np.bool_)
     depth, first[0], last[0] = 0, start, stop
@@ -275,13 +273,13 @@ def pairwise_sum(values, start, stop):
             return total
 
 
-@njit(cache=True)
+@compiled
 def _first_half_end(start, stop):
     half = (stop - start) // 2
     return start + half - half % 8
 
 
-@njit(cache=True)
+@compiled
 def block_sum(values, start, stop):
     """numpy's sum of a run of at most ``PAIRWISE_BLOCK`` values: from 8 on, eight
     accumulators taking every eighth value, added as ((a + b) + (c + d)) + ((e + f) + (g + h)),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from math import factorial, log
 
 import numpy as np
-from numba import njit
+from specbound.compiled import compiled
 from scipy.special import gammaincc, gammainccinv
 
 
@@ -111,7 +111,7 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     return lower, upper
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     """``race_mass_bounds`` of one row, n ≥ 3, written into ``lower`` and ``upper``.
 
@@ -190,13 +190,13 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
             top[slot] = value
 
 
-@njit(cache=True)
+@compiled
 def _at_least_zero(value):
     """max(value, 0), NaN kept (as np.maximum)."""
     return 0.0 if value < 0 else value
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _next_in(rest, room):
     """f = 1 − r/(1 − s) in [0, 1], given r and room = 1 − s (0 where room ≤ 0)."""
     if not room > 0:
@@ -239,7 +239,7 @@ def _window_nodes(draft, remaining, windows, n) -> list[int]:
     return nodes
 
 
-@njit(cache=True)
+@compiled
 def _nth_largest_before(values, ends, n):
     """The n-th largest of values[:end] for each of the increasing ``ends`` (0 where fewer than
     n values), in one pass keeping the n largest by insertion.  # [V], [windows] -> [windows]"""
@@ -371,7 +371,7 @@ class _HeadLaw:
         return scaled[:, :num_nodes]
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _tiny_at_every_node(values, counts, last_time, sums):
     """The tokens tiny at every node of a grid ending at ``last_time`` (t q ≤ ``RACE_TINY`` there:
     the bulk of a real row) enter through their powers at the last node: adds Σ m (t q)^k to
@@ -394,7 +394,7 @@ def _tiny_at_every_node(values, counts, last_time, sums):
     return mass, others[:count]
 
 
-@njit(cache=True)
+@compiled
 def _merged_largest(top_values, top_counts, values, counts, keep):
     """The entries (value, count) of ``top_values`` (descending) and ``values`` with the largest
     values, descending (the kept ones first among ties), up to the first whose counts sum to
@@ -443,7 +443,7 @@ def _window_mass(draft, remaining, first, last, n, head, num_nodes) -> np.ndarra
     return (1.0 + rates) ** (-n) + rates * (controls - counts)
 
 
-@njit(cache=True)
+@compiled
 def _window_sums(tokens, rates, times, count_weights, control_weights):
     """The quadrature's two sums at every prefix k of a window (prefix k holds its first k
     tokens): Σ_i h t_i W(t_i) e^{−r_k t_i} and Σ_i h t_i e^{−r_k t_i} G_k(t_i), given per node
@@ -537,7 +537,7 @@ def _power_series(n) -> np.ndarray:
     return series
 
 
-@njit(cache=True)
+@compiled
 def _times_large_tokens(law, values, counts, large_start, times, limit):
     """Multiply the law at each node by the arrival laws of the head's large tokens there (those
     with ``large_start`` ≤ the node): a token of draft value q has arrived by t with

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from specbound.compiled import compiled
 
 MAX_BRUTEFORCE_VOCAB = 16
 MAX_BRUTEFORCE_ENTRIES = 20_000_000  # 2^V subsets x K draft tuples
@@ -108,7 +108,7 @@ def _sorts_the_ratios(target_probs: np.ndarray, draft_probs: np.ndarray, guess: 
     return follows_the_ratios(target_probs, draft_probs, np.ascontiguousarray(guess, dtype=np.int64))
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def follows_the_ratios(target, draft, order):
     """Per row: do (p/q, token id) rise strictly along ``order`` (NaN above every ratio,
     equal to NaN), every id inside the row, and no ratio overflow? Strictly rising pairs are
@@ -145,7 +145,7 @@ def follows_the_ratios(target, draft, order):
     return follows
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def sort_by_ratio(target, draft, rows, order):
     """Writes into ``order`` each selected row's tokens sorted by (p/q, token id), p/q by its
     bits (p/q + 0, −0 made +0; NaN as the largest key); True for a row where p/q overflowed
@@ -216,7 +216,7 @@ def restricted_order(order: np.ndarray, kept: np.ndarray) -> np.ndarray:
     return kept_in_order(np.ascontiguousarray(order, dtype=np.int64), np.ascontiguousarray(kept, dtype=np.bool_))
 
 
-@njit(cache=True)
+@compiled
 def kept_in_order(order, kept):
     """The kept tokens of ``order``, each as its place among the kept tokens by id
     (``restricted_order``). # [vocab] int, [vocab] bool -> [kept] int"""

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from specbound.compiled import compiled
 
 from specbound.bounds.subset import restricted_order, scan_order
 from specbound.probability import top_tokens
@@ -115,7 +115,7 @@ def octave_of(likely: np.ndarray) -> np.ndarray:
     return (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)
 
 
-@njit(cache=True)
+@compiled
 def octave_masses(target, draft, budget, ends):
     """Σ p and Σ q over the droppable tokens (0 < max(p, q) ≤ ``budget``: a dropped token
     alone adds p + factor·q ≥ max(p, q) to B) but the protected ones, per octave of
@@ -136,7 +136,7 @@ def octave_masses(target, draft, budget, ends):
     return target_mass, draft_mass
 
 
-@njit(cache=True)
+@compiled
 def kept_tokens(target, draft, budget, drop_below, ends):
     """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
     the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the octaves dropped:
@@ -186,7 +186,7 @@ def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
     return guesses
 
 
-@njit(cache=True)
+@compiled
 def members(tokens, among):
     """Which of the tokens ``among`` are in ``tokens`` (distinct ids, ascending), and whether
     every one of ``tokens`` is among them: ``tokens`` marked on the ids, then read at

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit
+from specbound.compiled import compiled
 
 from specbound.bounds import OptimalAcceptance
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
@@ -43,7 +43,7 @@ def greedy_optimum(target: np.ndarray, draft: np.ndarray, top: np.ndarray) -> Op
     return OptimalAcceptance(acceptance, subset)
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def greedy_closed_form(target, draft, top, subset):
     """Per row, α* = 1 − (Σ_{x∉T} (q′(x) − p(x))+ − p(T))+ with q′ = q·1[∉T]/Σ_{y∉T} q(y)
     (the rest summed, not 1 − q(T)), and the certificate H* = T ∪ {x ∉ T : p(x) < q′(x)}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from numba import njit
+from specbound.compiled import compiled
 
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import sample_from, sample_from_torch, uniforms_torch
@@ -40,7 +40,7 @@ class WithReplacement(DraftScheme):
         return all_in_power(np.ascontiguousarray(draft_in_order, dtype=np.float64), num_drafts)
 
 
-@njit(cache=True)
+@compiled
 def all_in_power(draft_in_order, num_drafts):
     """Q(H_k) = q(H_k)^n on every prefix H_k of each row's order, k = 0..V, in one pass:
     q(H_k) summed in order (``subset.prefix_sums``' running sum), raised by n − 1 repeated

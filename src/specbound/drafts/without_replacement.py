@@ -17,7 +17,7 @@ import itertools
 
 import numpy as np
 import torch
-from numba import njit
+from specbound.compiled import compiled
 
 from specbound.bounds.race import race_all_in_mass, race_mass_bounds
 from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
@@ -89,7 +89,7 @@ class WithoutReplacement(DraftScheme):
         )
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _pair_all_in_mass(draft, mass):
     """Q_2(H_k) = q(H)² − q(H^c) Σ_{x∈H} q(x)²/(1 − q(x)) on every prefix H_k of ``draft``'s
     order, in one pass (the module docstring's n = 2 form): q(H) summed from the head,

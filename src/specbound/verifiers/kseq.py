@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit
+from specbound.compiled import compiled
 
 from specbound.bounds.rows import RowPairs
 from specbound.probability import pairwise_sum, sample_from, sample_from_torch, take
@@ -87,7 +87,7 @@ def kseq_scale_of(rows: RowPairs, num_drafts: int) -> np.ndarray:
     return scales
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside, draft_inside, num_drafts, state):
     """``kseq_scale``'s bisection of one row, resumable: ``state`` holds the bracket [low, high],
     a pass's β awaiting numpy's power (NaN if none) and that power, and the near form
@@ -142,7 +142,7 @@ def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside
     return False
 
 
-@njit(cache=True)
+@compiled
 def pass_decision(beta, scale, num_drafts):
     """``_bracket_holds``'s comparison 1 − (1 − β)ⁿ ≥ ρβ for the pass's β: 1 or 0, or −1
     where it takes numpy's power to know. numpy computes xⁿ as x for n = 1, x·x for n = 2,
@@ -161,7 +161,7 @@ def pass_decision(beta, scale, num_drafts):
     return -1
 
 
-@njit(cache=True)
+@compiled
 def far_estimate(target_in_order, draft_in_order, target_inside, draft_inside, scale):
     """β's far form and its bound: β ≈ P_k/ρ + (Q_V − Q_k), P, Q the running sums of p and
     q in scan order and k = #{p/q < ρ}; O(log V). Off from Σ min(p/ρ, q) by
@@ -175,7 +175,7 @@ def far_estimate(target_in_order, draft_in_order, target_inside, draft_inside, s
     return beta, error + target_in_order.size * SMALLEST_SUBNORMAL
 
 
-@njit(cache=True)
+@compiled
 def near_form(target_in_order, draft_in_order, low, high):
     """What β's near form on the bracket [low, high] keeps (``near_estimate``): (start, stop,
     S_P = Σ_{p/q < low} p, S_Q = Σ_{p/q > high} q, each summed pairwise once, and the factor
@@ -192,7 +192,7 @@ def near_form(target_in_order, draft_in_order, low, high):
     return start, stop, below, above, 2 * terms * UNIT_ROUNDOFF
 
 
-@njit(cache=True)
+@compiled
 def near_estimate(target_in_order, draft_in_order, near, scale):
     """β's near form for any ρ in the bracket ``near_form`` kept, and its bound:
     β ≈ S_P/ρ + S_Q + Σ_{low ≤ p/q ≤ high} min(p/ρ, q), the M tokens inside summed one by one,
@@ -208,7 +208,7 @@ def near_estimate(target_in_order, draft_in_order, near, scale):
     return below / scale + above + middle, error
 
 
-@njit(cache=True)
+@compiled
 def ratios_below(target_in_order, draft_in_order, scale, inclusive):
     """#{p/q < ρ} (``inclusive``: ≤ ρ) along the scan order, by bisection on p/q (ascending,
     NaN last; ``np.searchsorted`` on the ratios, left or right).  # [vocab] x2 -> int"""
@@ -223,7 +223,7 @@ def ratios_below(target_in_order, draft_in_order, scale, inclusive):
     return low
 
 
-@njit(cache=True)
+@compiled
 def certain(beta, error, scale, num_drafts, pass_terms, subnormal_error):
     """``_bracket_holds`` at ``scale`` when h(β) = 1 − (1 − β)ⁿ − ρβ is away from 0 by more
     than rounding can move it: 1 or 0, −1 where not settled. The pass's sum β_f is within
@@ -246,7 +246,7 @@ def certain(beta, error, scale, num_drafts, pass_terms, subnormal_error):
     return -1
 
 
-@njit(cache=True)
+@compiled
 def pairwise_additions(length):
     """At most how many additions a term meets in numpy's sum of ``length`` contiguous
     values (``probability.pairwise_sum``): pairwise halving (one per level, ≤ bit length)
@@ -337,7 +337,7 @@ class KSeq(Verifier):
         return kseq_acceptance(target, draft, np.ascontiguousarray(scale, dtype=np.float64), num_drafts)
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def kseq_acceptance(target, draft, scale, num_drafts):
     """K-SEQ's exact acceptance per row (``KSeq``): with a = min(p/ρ*, q), β = Σ a,
     p_acc = 1 − (1 − β)ⁿ, the leftover (p − (p_acc/β)·a)+ (p_acc/β → n at β = 0) and r its
@@ -376,7 +376,7 @@ def kseq_acceptance(target, draft, scale, num_drafts):
     return acceptance
 
 
-@njit(cache=True)
+@compiled
 def power(base, exponent):
     """baseⁿ as numpy's ``**`` for n ≤ 2 (base, base·base), else the C library's pow(). # -> float"""
     if exponent == 1:
