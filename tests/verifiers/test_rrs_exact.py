@@ -281,14 +281,20 @@ def test_refining_only_the_widest_bins_closes_at_a_fraction_of_refining_all(monk
 def test_a_row_of_more_values_than_one_pass_holds_starts_coarse_and_one_that_fits_is_exact_at_once(monkeypatch):
     """More distinct draft values than FIRST_BIN_COUNT: the first pass has COARSE_BIN_COUNT
     bins a side and the bracket it reaches (refined if need be) holds the exact value; at
-    most FIRST_BIN_COUNT values on both sides: one pass with a bin per value, exact."""
+    most FIRST_BIN_COUNT values on both sides: one pass with a bin per value, exact. The x2
+    side holds the values of the tokens that can weigh as x2 (r = p²/q below the largest
+    s = 1/(1 − q(x1))), with a margin, and no others."""
     target, draft = _zipf_like_row(np.random.default_rng(7), 3000)
     passes = _record_passes(monkeypatch)
     exact_low, exact_high = three_draft_bounds(target, draft)  # 3000 values fit one pass of 4096 bins
-    assert passes == [(np.count_nonzero(draft > target), len(np.unique(draft)))]
+    ratio = np.maximum(target - draft, 0.0) / np.maximum(draft - target, 0.0).sum() / draft
+    largest_scale = 1.0 / (1.0 - draft[draft > target].max())
+    weighing = len(np.unique(draft[ratio < largest_scale]))
+    assert len(passes) == 1 and passes[0][0] == np.count_nonzero(draft > target)
+    assert weighing <= passes[0][1] <= len(np.unique(draft[ratio < 1.001 * largest_scale])) < len(np.unique(draft))
     assert exact_low == exact_high  # a bin per value: exact
     passes.clear()
-    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 2000)
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 1000)
     monkeypatch.setattr(rrs_acceptance, "COARSE_BIN_COUNT", 16)
     low, high = three_draft_bounds(target, draft)
     assert max(passes[0]) <= 16

@@ -28,7 +28,8 @@ distinct values, closed by 256 bins a side and, where that is not enough, a few 
 finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
 
 The row's passes, its two sorts (a radix sort on the floats' bits, ``_ascending_order``) and
-the bracket passes are compiled loops (numba); sums over the vocabulary are compensated.
+the bracket passes are compiled loops (``specbound.compiled``); sums over the vocabulary are
+compensated (``_added``).
 
 Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
 ``recursion_seconds`` estimate a call): a row's sorts and curve cost about 1e-7·V s, a
@@ -53,9 +54,9 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from specbound.checks import WorkLimitError, within_limit
+from specbound.compiled import compiled
 from specbound.probability import mass_of_the_others, top_tokens
 
 DEFAULT_TOLERANCE = 1e-10
@@ -72,6 +73,7 @@ REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
 INDEX_BITS = 31  # _ascending_order packs an index below a key's bits: at most 2^31 keys
 RADIX_BITS = 11  # bits of a key sorted per radix pass of _ascending_order: three passes
+WEIGHING_MARGIN = 1e-12  # below 1 − q(x1), above its rounding: _three_level_arrays
 
 
 def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
@@ -97,7 +99,7 @@ def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
     return at
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _min_sum_arrays(target, draft):
     """The curve G of ``min_sum_curve`` (``_sorted_curve``) from the tokens of p, q > 0.
     # [vocab] x2 -> (curve, [m], [m])"""
@@ -113,7 +115,7 @@ def _min_sum_arrays(target, draft):
     return _sorted_curve(ratios[:count], targets[:count], drafts[:count], steep)
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _add_breakpoint(target, draft, ratios, targets, drafts, steep, count):
     """Adds a token of p, q > 0 to the ``count`` breakpoints so far of the curve G of
     ``_sorted_curve``, or to ``steep`` where p/q overflows.  # -> the count"""
@@ -126,7 +128,7 @@ def _add_breakpoint(target, draft, ratios, targets, drafts, steep, count):
     return count + 1
 
 
-@njit(cache=True)
+@compiled
 def _sorted_curve(ratios, targets, drafts, steep):
     """The curve G of ``min_sum_curve`` as (breakpoints [m] ascending, sums [m + 1, 2],
     steep [2]), from the ratios p/q, p and q of the tokens of p, q > 0 whose ratio is finite
@@ -145,7 +147,7 @@ def _sorted_curve(ratios, targets, drafts, steep):
     return (breakpoints, sums, steep), targets, drafts
 
 
-@njit(cache=True)
+@compiled
 def _min_sum_values(curve, thresholds, pieces, values):
     """Writes G(thresholds[i]) into values[i] from ``_min_sum_arrays``' curve. A piece
     (a row of ``pieces``: from breakpoint, to breakpoint, G = below + t·above there, and the
@@ -169,7 +171,7 @@ def _min_sum_values(curve, thresholds, pieces, values):
         values[place] = value
 
 
-@njit(cache=True)
+@compiled
 def _new_pieces(count):
     """``count`` pieces of ``_min_sum_values`` that hold no threshold: the first threshold
     of each is searched for from the lowest breakpoint.  # -> [count, 5]"""
@@ -242,7 +244,7 @@ def recursion_seconds(rejectable: int, vocab_size: int, num_drafts: int) -> floa
     return calls * SECONDS_PER_LEVEL_TOKEN * (1 + vocab_size)
 
 
-@njit(cache=True)
+@compiled
 def _rest_off_the_largest(draft_row, count):
     """Σ q over every token but the ``count`` most probable ones (ties to the lower id),
     summed from those tokens themselves.  # [vocab] -> float"""
@@ -325,7 +327,7 @@ def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
     return level(target_row, np.zeros(draft_row.shape, dtype=bool), num_drafts)
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _two_draft_acceptance(current, draft):
     """The acceptance of the last two levels of RRS without replacement, from the residual
     ``current`` entering them and the draft mass ``draft`` not yet removed (0 at removed
@@ -394,7 +396,9 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     A3 = (G(s + (1 − G(s))/(1 − q(x1) − q(x2))) − G(s)) / (1 − G(s)) (module docstring).
     Every term depends on x1 only through q(x1) and A3 on x2 only through q(x2), so both
     are grouped by draft value: ``_bracket`` bounds the sum over bins of x1 values × bins of
-    x2 values, exactly where each bin holds one value. A row of at most
+    x2 values, exactly where each bin holds one value. The x2 side holds only the tokens
+    that can weigh: w2 = 0 where r(x2) ≥ s, and every s is below a bound taken from the
+    largest x1 value (``_three_level_arrays``). A row of at most
     ``FIRST_BIN_COUNT`` distinct values on both sides (a bf16 model's softmax) gets one
     exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side, then brackets
     again only its widest x1 bins, finer and over more x2 bins (``_Bins.refined``,
@@ -540,7 +544,7 @@ def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
     return SECONDS_PER_GROUP_BIN * first_bins * second_bins + SECONDS_PER_PASS_TOKEN * tokens
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _bin_starts(reached, bins):
     """Start indices of bins of sorted distinct values, at most ``bins`` of them (two where
     ``bins`` is 1): the largest half one value each, the largest value always alone, the
@@ -587,13 +591,13 @@ def _bin_starts(reached, bins):
 @dataclass(frozen=True)
 class _ThreeLevels:
     """What every ``_bracket`` pass of one row shares (``_three_level_arrays``): the curve G
-    (``_min_sum_arrays``) with the draft and residual mass at each breakpoint; the positive
-    draft tokens sorted by value (``values``; ``resting``, their value where r = p²/q is 0
-    and 0 elsewhere; ``distinct``, where each value starts); the first rejection's law over
-    x1 grouped by draft value (``first_values`` ascending, their weights (q − p)+, s and
-    G(s)); the running sums the bins of each side are cut from (``second_reach``,
-    ``first_reach``: ``_bin_starts``); and the sums 1 − q needs (``complement``,
-    ``_one_minus``)."""
+    (``_min_sum_arrays``) with the draft and residual mass at each breakpoint; the draft
+    tokens that can weigh as x2 sorted by value (``values``; ``resting``, their value where
+    r = p²/q is 0 and 0 elsewhere; ``distinct``, where each value starts); the first
+    rejection's law over x1 grouped by draft value (``first_values`` ascending, their
+    weights (q − p)+, s and G(s)); the running sums the bins of each side are cut from
+    (``second_reach``, ``first_reach``: ``_bin_starts``); and the sums 1 − q needs
+    (``complement``, ``_one_minus``)."""
 
     total_variation: float
     curve: tuple
@@ -648,37 +652,58 @@ class _ThreeLevels:
         return accepted_first + float(low_shares.sum()), accepted_first + float(high_shares.sum())
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _three_level_arrays(target, draft):
     """The fields of ``_ThreeLevels`` but the last, from two passes over the row, the
-    curve's sort (``_min_sum_arrays``) and one sort of the positive draft values
-    (``_ascending_order``), each token's p and q gathered once in that order; a total
-    variation of 0 where p ≤ q everywhere (the first draft is always accepted and nothing
-    else is used). 1 − q(top), for a largest value above 1/2, and 1 − q(top) − q(second)
-    are the summed masses of the other tokens (``_one_minus``). Sums over the vocabulary
-    are compensated (``_added``).  # target, draft [vocab]"""
-    total_variation = carry = 0.0
-    positive = residual = 0
+    curve's sort (``_min_sum_arrays``) and one sort of the values of the draft tokens that
+    can weigh as x2 (``_ascending_order``), each token's p and q gathered once in that
+    order; a total variation of 0 where p ≤ q everywhere (the first draft is always
+    accepted and nothing else is used). A token weighs as x2 where r = p²/q < s for some
+    x1: every s = 1/(1 − q(x1)) is below 1/(min(1, Σq) − q(x1) − ``WEIGHING_MARGIN``) for
+    the largest x1 value (1 − q(x1) is either itself or the summed mass of the others, each
+    at least that up to rounding far below the margin), with no bound where that is not
+    positive. 1 − q(top), for a largest value above 1/2, and 1 − q(top) − q(second) are the
+    summed masses of the other tokens (``_one_minus``). Sums over the vocabulary are
+    compensated (``_added``).  # target, draft [vocab]"""
+    total_variation = carry = draft_mass = draft_carry = rejectable_top = 0.0
+    positive = residual = top = second_top = 0  # the draft's two largest tokens
     for token in range(draft.size):
         total_variation, carry = _added(total_variation, carry, max(draft[token] - target[token], 0.0))
+        draft_mass, draft_carry = _added(draft_mass, draft_carry, draft[token])
+        if draft[token] > draft[top]:
+            top, second_top = token, top
+        elif token != top and (draft[token] > draft[second_top] or second_top == top):
+            second_top = token
         if draft[token] > 0:
             positive += 1
             if target[token] > draft[token]:
                 residual += 1
+            elif draft[token] > target[token]:  # rejectable
+                rejectable_top = max(rejectable_top, draft[token])
     total_variation += carry
-    keys, pairs = np.empty(positive), np.empty((positive, 2))  # q, and (q, p), of the positive draft tokens
+    # no x1 has s = 1/(1 − q(x1)) above this, so a token of r = p²/q at least this weighs nothing as x2
+    least_rest = min(1.0, draft_mass + draft_carry) - rejectable_top - WEIGHING_MARGIN
+    ratio_bound = 1.0 / least_rest if least_rest > 0 else np.inf
+    keys, pairs = np.empty(positive), np.empty((positive, 2))  # q, and (q, p), of the draft tokens that can weigh
     ratios, targets, drafts, steep = np.empty(residual), np.empty(residual), np.empty(residual), np.zeros(2)
     positive = residual = 0
+    rest = rest_carry = 0.0  # 1 − q(top) − q(second)
     for token in range(draft.size):
+        if token != top and token != second_top:
+            rest, rest_carry = _added(rest, rest_carry, draft[token])
         if draft[token] > 0:
+            if target[token] > draft[token]:  # the curve of the residual p² = (p − q)+/TV
+                ratio_place = residual
+                residual = _add_breakpoint((target[token] - draft[token]) / total_variation, draft[token], ratios,
+                                           targets, drafts, steep, residual)
+                if residual == ratio_place or ratios[ratio_place] >= ratio_bound:
+                    continue
             keys[positive] = pairs[positive, 0] = draft[token]
             pairs[positive, 1] = target[token]
             positive += 1
-            if target[token] > draft[token]:  # the curve of the residual p² = (p − q)+/TV
-                residual = _add_breakpoint((target[token] - draft[token]) / total_variation, draft[token], ratios,
-                                           targets, drafts, steep, residual)
     curve, moving_residual, moving_draft = _sorted_curve(ratios[:residual], targets[:residual], drafts[:residual],
                                                          steep)
+    keys, pairs = keys[:positive], pairs[:positive]
     order = _ascending_order(keys)
     values, resting = np.empty(positive), np.zeros(positive)
     distinct, second_reach = np.empty(positive, dtype=np.int64), np.zeros(positive)
@@ -710,10 +735,7 @@ def _three_level_arrays(target, draft):
     distinct, second_reach = distinct[:distinct_count].copy(), second_reach[:distinct_count].copy()
     first_values, first_weights = first_values[:first_count].copy(), first_weights[:first_count].copy()
     first_reach = first_reach[:first_count].copy()
-    rest = carry = 0.0  # 1 − q(top) − q(second)
-    for place in range(positive - 2):
-        rest, carry = _added(rest, carry, values[place])
-    complement = np.array([values[-1] if positive else 0.0, values[-2] if positive > 1 else 0.0, np.nan, rest + carry])
+    complement = np.array([draft[top], draft[second_top] if second_top != top else 0.0, np.nan, rest + rest_carry])
     if complement[0] > 0.5:
         complement[2] = complement[3] + complement[1]  # 1 − q(top)
     scale, accept_second = np.empty(first_count), np.empty(first_count)
@@ -724,7 +746,7 @@ def _three_level_arrays(target, draft):
             first_values, first_weights, first_reach, scale, accept_second, complement)
 
 
-@njit(cache=True)
+@compiled
 def _one_minus(value, top, top_rest):
     """1 − v for a draft value, exact where it matters: for the largest value ``top``, when
     it is above 1/2, ``top_rest``, the summed mass of the other tokens
@@ -735,7 +757,7 @@ def _one_minus(value, top, top_rest):
     return 1.0 - value
 
 
-@njit(cache=True)
+@compiled
 def _one_minus_pair(value, other, top, second, top_rest, pair_rest):
     """1 − v − w for draft values v, w, exact where it matters: for the two largest values
     1 − q(top) − q(second) is ``pair_rest``, the summed mass of the rest (0.99999968 and
@@ -781,7 +803,7 @@ def _bracket(levels: _ThreeLevels, first_starts, first_ends, second_starts):
                            np.ascontiguousarray(second_starts, dtype=np.int64))
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _bracket_shares(curve, moving_draft, moving_residual, values, resting, first_values, first_weights, scale,
                     accept_second, complement, first_starts, first_ends, second_starts):
     """``_bracket``'s bounds, the x1 bins taken in ascending order of s: L_b at each bin's
@@ -870,7 +892,7 @@ def _bracket_shares(curve, moving_draft, moving_residual, values, resting, first
     return low, high
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _third_thresholds(wide, narrow, scale_low, scale_high, accept_low, accept_high):
     """The thresholds of G that bound A3 over a pair of bins (``_third_acceptance_bounds``):
     s_lo + (1 − G(s_hi))/(1 − q1_lo − q2_lo) and s_hi + (1 − G(s_lo))/(1 − q1_hi − q2_hi),
@@ -881,7 +903,7 @@ def _third_thresholds(wide, narrow, scale_low, scale_high, accept_low, accept_hi
             scale_high + rest_high / narrow if narrow > 0 and rest_low > 0 else scale_high)
 
 
-@njit(cache=True, error_model="numpy")
+@compiled(error_model="numpy")
 def _third_acceptance_bounds(wide, narrow, accept_low, accept_high, reached_low, reached_high):
     """Bounds on A3 = (G(t) − G(s))/(1 − G(s)), t = s + (1 − G(s))/(1 − q(x1) − q(x2)), over
     a pair of an x1 bin (q(x1) in [q1_lo, q1_hi], s in [s_lo, s_hi], G(s) in [``accept_low``,
@@ -901,7 +923,7 @@ def _third_acceptance_bounds(wide, narrow, accept_low, accept_high, reached_low,
     return lower, upper
 
 
-@njit(cache=True)
+@compiled
 def _count_below(ascending, value, or_equal):
     """The number of entries of ``ascending`` below ``value`` (or equal to it, where
     ``or_equal``), by bisection.  # [k] -> int"""
@@ -915,7 +937,7 @@ def _count_below(ascending, value, or_equal):
     return low
 
 
-@njit(cache=True)
+@compiled
 def _find_piece(breakpoints, sums, threshold, pieces, piece):
     """Sets ``pieces[piece]`` to the piece of G that ``threshold`` falls on: its rank (the
     number of breakpoints ≤ threshold) is found by a search that gallops from the piece's
@@ -949,7 +971,7 @@ def _find_piece(breakpoints, sums, threshold, pieces, piece):
     pieces[piece, 2], pieces[piece, 3], pieces[piece, 4] = sums[low, 0], sums[low, 1], low
 
 
-@njit(cache=True)
+@compiled
 def _ascending_order(keys):
     """The stable ascending order of non-negative floats (∞ allowed).
 
@@ -986,7 +1008,7 @@ def _ascending_order(keys):
     return order
 
 
-@njit(cache=True)
+@compiled
 def _radix_sort(packed):
     """Sorts ``packed`` in place by its bits above the lowest ``INDEX_BITS``, stably:
     least-significant-digit radix passes of ``RADIX_BITS`` (one counting pass for all
@@ -1019,7 +1041,7 @@ def _radix_sort(packed):
             packed[place] = keys[place]
 
 
-@njit(cache=True)
+@compiled
 def _added(total, carry, value):
     """total + value, the rounding error of each addition kept in ``carry``
     (Neumaier's compensated sum: total + carry at the end is the sum to about one rounding,
