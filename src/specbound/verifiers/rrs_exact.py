@@ -99,7 +99,7 @@ def min_sum_curve(target_row: np.ndarray, draft_row: np.ndarray):
     return at
 
 
-@compiled(error_model="numpy")
+@compiled
 def _min_sum_arrays(target, draft):
     """The curve G of ``min_sum_curve`` (``_sorted_curve``) from the tokens of p, q > 0.
     # [vocab] x2 -> (curve, [m], [m])"""
@@ -107,42 +107,40 @@ def _min_sum_arrays(target, draft):
     for token in range(target.size):
         if target[token] > 0 and draft[token] > 0:
             count += 1
-    ratios, targets, drafts, steep = np.empty(count), np.empty(count), np.empty(count), np.zeros(2)
+    targets, drafts = np.empty(count), np.empty(count)
     count = 0
     for token in range(target.size):
         if target[token] > 0 and draft[token] > 0:
-            count = _add_breakpoint(target[token], draft[token], ratios, targets, drafts, steep, count)
-    return _sorted_curve(ratios[:count], targets[:count], drafts[:count], steep)
+            targets[count], drafts[count] = target[token], draft[token]
+            count += 1
+    return _sorted_curve(targets, drafts)
 
 
 @compiled(error_model="numpy")
-def _add_breakpoint(target, draft, ratios, targets, drafts, steep, count):
-    """Adds a token of p, q > 0 to the ``count`` breakpoints so far of the curve G of
-    ``_sorted_curve``, or to ``steep`` where p/q overflows.  # -> the count"""
-    ratio = target / draft
-    if ratio == np.inf:
-        steep[0] += target
-        steep[1] += draft
-        return count
-    ratios[count], targets[count], drafts[count] = ratio, target, draft
-    return count + 1
-
-
-@compiled
-def _sorted_curve(ratios, targets, drafts, steep):
+def _sorted_curve(targets, drafts):
     """The curve G of ``min_sum_curve`` as (breakpoints [m] ascending, sums [m + 1, 2],
-    steep [2]), from the ratios p/q, p and q of the tokens of p, q > 0 whose ratio is finite
-    and ``steep``, the summed p and q of the others: with j breakpoints ≤ t,
-    G(t) = sums[j, 0] + t·sums[j, 1] + min(steep[0], t·steep[1]), sums[j, 0] the target mass
-    of the first j breakpoints (a running sum), sums[j, 1] the draft mass of the others
-    (summed from the last); and p and q at each breakpoint.
-    # [m] x3, [2] -> (curve, [m], [m])"""
-    order = _ascending_order(ratios)
+    steep [2]) from p and q of the tokens of p, q > 0 (which it reorders): with j
+    breakpoints p/q ≤ t, G(t) = sums[j, 0] + t·sums[j, 1] + min(steep[0], t·steep[1]),
+    sums[j, 0] the target mass of the first j breakpoints (a running sum), sums[j, 1] the
+    draft mass of the others (summed from the last), steep the target and draft mass of
+    the tokens whose ratio overflows; and p and q at each breakpoint.
+    # [k] x2 -> (curve, [m], [m])"""
+    ratios, steep = np.empty(targets.size), np.zeros(2)
+    count = 0
+    for token in range(targets.size):
+        ratio = targets[token] / drafts[token]
+        if ratio == np.inf:
+            steep[0] += targets[token]
+            steep[1] += drafts[token]
+        else:
+            ratios[count], targets[count], drafts[count] = ratio, targets[token], drafts[token]
+            count += 1
+    order = _ascending_order(ratios[:count])
     breakpoints, targets, drafts = ratios[order], targets[order], drafts[order]
-    sums = np.zeros((order.size + 1, 2))
-    for place in range(order.size):
+    sums = np.zeros((count + 1, 2))
+    for place in range(count):
         sums[place + 1, 0] = sums[place, 0] + targets[place]
-    for place in range(order.size - 1, -1, -1):
+    for place in range(count - 1, -1, -1):
         sums[place, 1] = sums[place + 1, 1] + drafts[place]
     return (breakpoints, sums, steep), targets, drafts
 
@@ -360,7 +358,7 @@ def _two_draft_acceptance(current, draft):
     if accepted >= 1.0 or leftover <= 0:  # empty: equal up to rounding
         return accepted
     thresholds, rejection = np.empty(rejected), np.empty(rejected)  # 1/(q(kept) − q(x)), (s·q − current)(x)
-    ratios, targets, drafts, steep = np.empty(residual), np.empty(residual), np.empty(residual), np.zeros(2)
+    targets, drafts = np.empty(residual), np.empty(residual)  # p' and q where both are positive
     others = others_carry = 0.0  # of the largest
     rejected = residual = 0
     largest_place = -1  # where the largest token is among the rejected ones, if it is
@@ -375,13 +373,12 @@ def _two_draft_acceptance(current, draft):
                 thresholds[rejected] = 1.0 / (kept - draft[token])
             rejected += 1
         elif current[token] - scale * draft[token] > 0 and draft[token] > 0:
-            residual = _add_breakpoint((current[token] - scale * draft[token]) / leftover, draft[token], ratios,
-                                       targets, drafts, steep, residual)
+            targets[residual], drafts[residual] = (current[token] - scale * draft[token]) / leftover, draft[token]
+            residual += 1
     if largest_place >= 0:
         thresholds[largest_place] = 1.0 / (others + others_carry)
     reached = np.empty(rejected)
-    _min_sum_values(_sorted_curve(ratios[:residual], targets[:residual], drafts[:residual], steep)[0], thresholds,
-                    _new_pieces(1), reached)
+    _min_sum_values(_sorted_curve(targets, drafts)[0], thresholds, _new_pieces(1), reached)
     tail = tail_carry = 0.0
     for place in range(rejected):
         tail, tail_carry = _added(tail, tail_carry, rejection[place] * reached[place])
@@ -685,24 +682,22 @@ def _three_level_arrays(target, draft):
     least_rest = min(1.0, draft_mass + draft_carry) - rejectable_top - WEIGHING_MARGIN
     ratio_bound = 1.0 / least_rest if least_rest > 0 else np.inf
     keys, pairs = np.empty(positive), np.empty((positive, 2))  # q, and (q, p), of the draft tokens that can weigh
-    ratios, targets, drafts, steep = np.empty(residual), np.empty(residual), np.empty(residual), np.zeros(2)
+    targets, drafts = np.empty(residual), np.empty(residual)  # p² = (p − q)+/TV and q where p > q
     positive = residual = 0
     rest = rest_carry = 0.0  # 1 − q(top) − q(second)
     for token in range(draft.size):
         if token != top and token != second_top:
             rest, rest_carry = _added(rest, rest_carry, draft[token])
         if draft[token] > 0:
-            if target[token] > draft[token]:  # the curve of the residual p² = (p − q)+/TV
-                ratio_place = residual
-                residual = _add_breakpoint((target[token] - draft[token]) / total_variation, draft[token], ratios,
-                                           targets, drafts, steep, residual)
-                if residual == ratio_place or ratios[ratio_place] >= ratio_bound:
+            if target[token] > draft[token]:  # a breakpoint of the curve of p², weighing as x2 below ratio_bound
+                targets[residual], drafts[residual] = (target[token] - draft[token]) / total_variation, draft[token]
+                residual += 1
+                if not targets[residual - 1] / draft[token] < ratio_bound:
                     continue
             keys[positive] = pairs[positive, 0] = draft[token]
             pairs[positive, 1] = target[token]
             positive += 1
-    curve, moving_residual, moving_draft = _sorted_curve(ratios[:residual], targets[:residual], drafts[:residual],
-                                                         steep)
+    curve, moving_residual, moving_draft = _sorted_curve(targets, drafts)
     keys, pairs = keys[:positive], pairs[:positive]
     order = _ascending_order(keys)
     values, resting = np.empty(positive), np.zeros(positive)
@@ -831,8 +826,15 @@ def _bracket_shares(curve, moving_draft, moving_residual, values, resting, first
     breakpoints = curve[0]
     passed = _count_below(breakpoints, 0.0, True)
     moving_bin = np.empty(_count_below(breakpoints, scale[first_ends[-1] - 1], False), dtype=np.int64)
-    for place in range(passed, moving_bin.size):
-        moving_bin[place] = _count_below(second_low, moving_draft[place], True) - 1
+    for place in range(passed, moving_bin.size):  # its x2 bin: the last starting at or below its value
+        low, high = 0, second_bins
+        while low < high:
+            middle = (low + high) // 2
+            if second_low[middle] <= moving_draft[place]:
+                low = middle + 1
+            else:
+                high = middle
+        moving_bin[place] = low - 1
     own, own_bin = np.zeros(second_bins), 0
     weight_low, weight_high = np.empty(second_bins), np.empty(second_bins)  # L_b at s_lo, s_hi, then the weights
     wide, narrow = np.empty(second_bins), np.empty(second_bins)  # 1 − q1 − q2 at the bins' low and high ends
