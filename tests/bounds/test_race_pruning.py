@@ -263,8 +263,8 @@ def test_the_head_law_of_equal_masses_is_binomial(mass, tokens, num_drafts):
 
 
 def test_a_window_has_the_nodes_of_its_head_horizon():
-    """``_window_nodes``: the running partition gives each window the horizon of its head's
-    n-th largest mass, as sorting the head does."""
+    """``_window_nodes``: the running selection (``_nth_largest_before``) gives each window the
+    horizon of its head's n-th largest mass, as sorting the head does."""
     rng = np.random.default_rng(4)
     draft = np.sort(rng.dirichlet(np.full(5000, 0.1)))[::-1]  # r falls through several bands
     remaining = np.concatenate([np.cumsum(draft[::-1])[::-1], [0.0]])

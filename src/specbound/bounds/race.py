@@ -284,8 +284,9 @@ class _HeadLaw:
       window needs (``_window_nodes``);
     - large tokens are the head's largest values: the ``n + RACE_LARGE_COUNT`` largest are
       kept (``top_values``, descending, with counts and large_start) and enter as binomial
-      laws Bin(m, 1 − e^{−tq}) truncated at n. A node where n + ``RACE_LARGE_COUNT`` of them are
-      large (each arrived with probability > ½) gets the law 0: P(< n arrived) ≤
+      laws Bin(m, 1 − e^{−tq}) truncated at n (``_times_large_tokens``). A node where
+      n + ``RACE_LARGE_COUNT`` of them are large (each arrived with probability > ½) gets the
+      law 0: P(< n arrived) ≤
       P(Bin(n + 80, ½) < n) < 1e-18 there, and for every prefix holding the head.
     """
 
