@@ -17,9 +17,9 @@ from __future__ import annotations
 from math import factorial, log
 
 import numpy as np
-from specbound.compiled import compiled
 from scipy.special import gammaincc, gammainccinv
 
+from specbound.compiled import compiled
 
 RACE_TRUNCATION = 1e-13  # each neglected piece of the integral is below this
 RACE_NODES_PER_OCTAVE = 3  # trapezoid step ln(2)/3 in ln t; a node's successor is at 2t

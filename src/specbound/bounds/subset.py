@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
 from specbound.compiled import compiled
 
 MAX_BRUTEFORCE_VOCAB = 16
@@ -75,9 +76,10 @@ def scan_order(target_probs: np.ndarray, draft_probs: np.ndarray, guess: np.ndar
 
     Tokens with p = q = 0 (ratio NaN) go last too; they change neither p(H) nor Q(H).
     Equal ratios keep token-id order: the order is that of (p/q, token id), sorted by the
-    ratio's bits (monotone for non-negative floats, NaN above ∞) in ``sort_by_ratio``. A row where p/q overflows (q subnormal) is sorted by the exact ratio
-    instead (``_exact_scan_order``): an overflowed ratio is no ∞, it comes before the tokens
-    of q = 0. Rows are taken in float64.
+    ratio's bits (monotone for non-negative floats, NaN above ∞) in ``sort_by_ratio``. A row
+    where p/q overflows (q subnormal) is sorted by the exact ratio instead
+    (``_exact_scan_order``): an overflowed ratio is no ∞, it comes before the tokens of
+    q = 0. Rows are taken in float64.
 
     ``guess``: an order that is likely this one (a wider row's scan order restricted to
     these tokens, ``restricted_order``), taken for every row where it is a permutation

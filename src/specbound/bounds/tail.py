@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from specbound.compiled import compiled
 
 from specbound.bounds.subset import restricted_order, scan_order
+from specbound.compiled import compiled
 from specbound.probability import top_tokens
 
 

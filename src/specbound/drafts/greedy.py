@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from specbound.compiled import compiled
 
 from specbound.bounds import OptimalAcceptance
+from specbound.compiled import compiled
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import pairwise_sum, sample_from, sample_from_torch, top_tokens, uniforms_torch, zeroed
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from specbound.compiled import compiled
 
+from specbound.compiled import compiled
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import sample_from, sample_from_torch, uniforms_torch
 

@@ -17,10 +17,10 @@ import itertools
 
 import numpy as np
 import torch
-from specbound.compiled import compiled
 
 from specbound.bounds.race import race_all_in_mass, race_mass_bounds
 from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
+from specbound.compiled import compiled
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
 from specbound.probability import sample_from_torch, uniforms_torch
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from specbound.compiled import compiled
 
 from specbound.bounds.rows import RowPairs
+from specbound.compiled import compiled
 from specbound.probability import pairwise_sum, sample_from, sample_from_torch, take
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
