@@ -157,6 +157,23 @@ def mass_of_the_others(probs: np.ndarray) -> np.ndarray:
     return others
 
 
+@compiled
+def largest_and_the_rest(values):
+    """The total, the index of the largest value (the first of equal ones) and the sum of
+    all the others, summed explicitly (``mass_of_the_others``' largest token, for compiled
+    loops): one vector's, in order.  # [vocab] -> float, int, float"""
+    total, largest = 0.0, 0
+    for index in range(values.size):
+        total += values[index]
+        if values[index] > values[largest]:
+            largest = index
+    rest = 0.0
+    for index in range(values.size):
+        if index != largest:
+            rest += values[index]
+    return total, largest, rest
+
+
 def normalize_mass(mass: np.ndarray, what: str = "residual") -> np.ndarray:
     """Renormalise non-negative ``mass`` rows; raise ZeroResidualError on an empty row."""
     totals = mass.sum(axis=-1, keepdims=True)

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.special import gammaincc, gammainccinv
 
 from specbound.compiled import compiled
+from specbound.probability import largest_and_the_rest
 
 RACE_TRUNCATION = 1e-13  # each neglected piece of the integral is below this
 RACE_NODES_PER_OCTAVE = 3  # trapezoid step ln(2)/3 in ln t; a node's successor is at 2t
@@ -118,20 +119,12 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     Walks the prefixes H_k in order, keeping their running sums — q(H), Σ q², Σ q^j/(1 − q)
     for j = 1, 2, 3, the drawable tokens — and the n − 1 largest masses of H (T_i sums the
     first i); r = q(H^c) is summed from the tail. 1 − q(x) is the mass of the other tokens,
-    the largest token's summed explicitly (``probability.mass_of_the_others``). A token with
+    the largest token's summed explicitly (``probability.largest_and_the_rest``). A token with
     1 − q(x) = 0 makes the moments infinite or NaN from its prefix on, and both bounds there
     [0, 1] (the race decides).
     # [vocab], int, [vocab + 1] -> writes [vocab + 1] x2"""
     size = draft.size
-    total, largest_token = 0.0, 0
-    for token in range(size):
-        total += draft[token]
-        if draft[token] > draft[largest_token]:
-            largest_token = token
-    others_of_largest = 0.0
-    for token in range(size):
-        if token != largest_token:
-            others_of_largest += draft[token]
+    total, largest_token, others_of_largest = largest_and_the_rest(draft)
     rest = np.empty(size + 1)  # r_k = q(H_k^c), from the tail: exactly 0 for the whole vocabulary
     rest[size] = 0.0
     for k in range(size - 1, -1, -1):

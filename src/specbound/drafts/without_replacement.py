@@ -22,7 +22,7 @@ from specbound.bounds.race import race_all_in_mass, race_mass_bounds
 from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
 from specbound.compiled import compiled
 from specbound.drafts.base import DraftScheme, register_scheme, support_tokens
-from specbound.probability import sample_from_torch, uniforms_torch
+from specbound.probability import largest_and_the_rest, sample_from_torch, uniforms_torch
 
 
 @register_scheme
@@ -97,15 +97,7 @@ def _pair_all_in_mass(draft, mass):
     is q(x)²·(q(H^c)/(1 − q(x))), added once the prefix holds it (none when the others are 0).
     # [vocab] -> writes [vocab + 1]"""
     size = draft.size
-    total, largest = 0.0, 0
-    for token in range(size):
-        total += draft[token]
-        if draft[token] > draft[largest]:
-            largest = token
-    others_of_largest = 0.0
-    for token in range(size):
-        if token != largest:
-            others_of_largest += draft[token]
+    total, largest, others_of_largest = largest_and_the_rest(draft)
     outside = np.empty(size + 1)  # q(H_k^c), from the tail
     outside[size] = 0.0
     for k in range(size - 1, -1, -1):
