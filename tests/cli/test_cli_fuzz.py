@@ -22,8 +22,9 @@ work; ``generate``'s standard input gets bytes that are not UTF-8 and empty inpu
 Each call is also stopped by an alarm past FUZZ_SECONDS, so a hang fails the test instead
 of stalling it. The bound is on a call's work, not on what a process pays once: each command
 that computes in-process (``FIRST_CALLED``) is called once at its base settings before any call
-is timed, so that numba's first compile of the exact loops (about 15 s on a machine whose cache
-is empty, as in CI) and the first imports are not counted against the first value fuzzed. Calls run in-process (``main``); a few subprocesses prove the same end to
+is timed, so that numba's first compile of the exact loops (on a machine whose cache is empty,
+as CI's: more than the bound on its own) and the first imports are not counted against the
+first value fuzzed. Calls run in-process (``main``); a few subprocesses prove the same end to
 end. KNOWN_OPEN lists the values of options owned elsewhere that still fail, each with a
 strict xfail test that turns red once it is fixed.
 """
