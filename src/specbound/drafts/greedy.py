@@ -57,8 +57,8 @@ def greedy_closed_form(target, draft, top, subset):
     rest, shortfall, top_target = np.empty(vocab_size), np.empty(vocab_size), np.zeros(vocab_size)
     for row in range(batch):
         target_row, subset_row = target[row], subset[row]
-        for token in range(vocab_size):  # not rest[:] = draft[row]: its shape check costs ~3 s to compile
-            rest[token] = draft[row, token]
+        for token in range(vocab_size):  # not rest[:] = draft[row], whose shape check compiles
+            rest[token] = draft[row, token]  # numba's error formatting (seconds, on a first call)
         for token in top[row]:
             rest[token] = 0.0
         rest_mass = pairwise_sum(rest, 0, vocab_size)
