@@ -120,14 +120,21 @@ def batches(study: Study, units: list, batch_size: int) -> list[list]:
 
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
+# A batched row pays when its share of the forward is at most this much of a forward alone. The
+# margin covers what batching does not shrink (each row's sampling and recorded rows) and the
+# noise of the measured costs; without it a saving within that noise would trade the one-row
+# records for other exact samples (a forward that is not batch-invariant) for nothing.
+PAYING_ROW_SHARE = 0.8
 
 
 def measured_batch_size(target_costs, sizes=BATCH_SIZES) -> int:
-    """The batch size that pays on this machine: the largest B of ``sizes`` whose forward of
-    B rows costs at most half of B one-row forwards (``engine.costs.Costs``). Where a row
-    costs linear time (an AVX2-only CPU in bf16) that is 1; where 16 rows cost little more
-    than one, 16."""
-    return max(size for size in sizes if size == 1 or target_costs(size) <= 0.5 * size * target_costs(1))
+    """The batch size that pays on this machine: the B of ``sizes`` whose forward costs least
+    per row (``engine.costs.Costs``; ties to the smaller B), where that row's share is at most
+    ``PAYING_ROW_SHARE`` of a one-row forward; else 1. Where a row costs linear time (an
+    AVX2-only CPU in bf16) that is 1; where 16 rows cost little more than one, 16."""
+    alone = target_costs(1)
+    cheapest = min(sizes, key=lambda size: (target_costs(size) / size, size))
+    return cheapest if target_costs(cheapest) <= PAYING_ROW_SHARE * cheapest * alone else 1
 
 
 def machine_batch_size(pair: ModelPair, cache_dir=None) -> int:
