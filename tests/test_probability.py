@@ -3,7 +3,14 @@
 import numpy as np
 import torch
 
-from specbound.probability import pairwise_sum, sample_from, sample_from_torch, top_tokens
+from specbound.probability import (
+    LAST_KEY_BITS,
+    ascending_order,
+    pairwise_sum,
+    sample_from,
+    sample_from_torch,
+    top_tokens,
+)
 
 
 def test_top_tokens_equal_a_stable_sort_with_ties(rng):
@@ -14,6 +21,33 @@ def test_top_tokens_equal_a_stable_sort_with_ties(rng):
         expected = np.argsort(-draft, axis=-1, kind="stable")[:, :count]
         np.testing.assert_array_equal(top_tokens(draft, count), expected)
         np.testing.assert_array_equal(top_tokens(torch.tensor(draft), count).numpy(), expected)
+
+
+def test_ascending_order_is_the_stable_order_of_the_values(rng):
+    """The radix sort on the floats' bits equals a stable sort: ties keep index order, and
+    values that agree in the bits above the packed index (within 2^-21 of each other) are
+    put in exact order, with 0, subnormals and ∞ among them; the NaN of ``LAST_KEY_BITS``
+    goes after ∞, its copies in index order."""
+    base = rng.random(500)
+    last = np.array([LAST_KEY_BITS], dtype=np.uint64).view(np.float64)[0]
+    cases = [
+        rng.random(1000),
+        np.round(rng.random(1000), 2),  # ties
+        np.concatenate([base, base * (1 + 1e-9 * rng.random(500)), [0.0, 5e-324, 1e-310, np.inf, np.inf]]),
+        rng.permutation(np.repeat(rng.random(3), 200) * (1 + 1e-12 * rng.random(600))),  # long runs out of order
+        rng.permutation(np.concatenate([rng.random(300), [np.inf] * 5, [0.0] * 5])),
+        rng.random(151_936) ** 8,  # a vocabulary's worth, over many octaves
+        np.array([]), np.array([0.5]), np.array([np.inf, 0.0]),
+    ]
+    for keys in cases:
+        order = ascending_order(keys)
+        np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
+        with_last = keys.copy()
+        chosen = rng.random(keys.size) < 0.1
+        with_last[chosen] = last
+        others = np.flatnonzero(~chosen)
+        expected = np.concatenate([others[np.argsort(keys[others], kind="stable")], np.flatnonzero(chosen)])
+        np.testing.assert_array_equal(ascending_order(with_last), expected)
 
 
 def test_pairwise_sum_is_numpys_sum_bit_for_bit(rng):

@@ -24,6 +24,9 @@ from specbound.compiled import compiled
 
 SUM_TOLERANCE = 1e-6
 PAIRWISE_BLOCK = 128  # numpy's pairwise summation sums blocks of up to this many values directly
+INDEX_BITS = 31  # ascending_order packs an index below a key's bits: at most 2^31 keys
+RADIX_BITS = 11  # bits of a key sorted per radix pass of ascending_order: three passes
+LAST_KEY_BITS = 0x7FF8000000000000  # a quiet NaN, above ∞ as an unsigned integer: ascending_order's last key
 
 
 class ZeroResidualError(ArithmeticError):
@@ -258,6 +261,78 @@ def most_probable(probs, count):
                 slot -= 1
             values[slot], tokens[row, slot] = value, token
     return tokens
+
+
+@compiled
+def ascending_order(keys):
+    """The stable ascending order of floats ≥ +0 (∞ allowed, −0 not), where a NaN of the bits
+    ``LAST_KEY_BITS`` sorts above ∞: the one sort of float keys of the exact computations
+    (``bounds.subset.sort_by_ratio``, ``verifiers.rrs_exact``).
+
+    A non-negative float's bits rise with its value: each key's bits above the lowest
+    ``INDEX_BITS`` are packed with its index below them and sorted (``radix_sort_above_index``).
+    Keys that agree above the index bits (within 2^-21 of each other) are then put in order
+    by their lowest bits the same way, each with its place in the run below them.
+    # [k] -> [k] int"""
+    count = keys.size
+    bits = keys.view(np.uint64)
+    index_bits, index_mask = np.uint64(INDEX_BITS), np.uint64((1 << INDEX_BITS) - 1)
+    packed = np.empty(count, dtype=np.uint64)
+    for place in range(count):
+        packed[place] = ((bits[place] >> index_bits) << index_bits) | np.uint64(place)
+    radix_sort_above_index(packed)
+    order = np.empty(count, dtype=np.int64)
+    start, tied = 0, False  # a run of keys equal above the index bits, and whether they are out of order
+    for place in range(count):
+        order[place] = np.int64(packed[place] & index_mask)
+        if place > start:
+            tied = tied or keys[order[place]] < keys[order[place - 1]]
+        if place + 1 < count and (packed[place + 1] >> index_bits) == (packed[start] >> index_bits):
+            continue
+        if tied:  # by the lowest bits, ties in index order (the run's order so far)
+            run = np.empty(place + 1 - start, dtype=np.uint64)
+            for within in range(run.size):
+                run[within] = ((bits[order[start + within]] & index_mask) << index_bits) | np.uint64(within)
+            radix_sort_above_index(run)
+            for within in range(run.size):  # the run's tokens, in its new order
+                run[within] = np.uint64(order[start + np.int64(run[within] & index_mask)])
+            for within in range(run.size):
+                order[start + within] = np.int64(run[within])
+        start, tied = place + 1, False
+    return order
+
+
+@compiled
+def radix_sort_above_index(packed):
+    """Sorts ``packed`` in place by its bits above the lowest ``INDEX_BITS``, stably:
+    least-significant-digit radix passes of ``RADIX_BITS`` (one counting pass for all
+    digits; a digit that every key shares is skipped).  # [k] uint64"""
+    count = packed.size
+    digits = (64 - INDEX_BITS + RADIX_BITS - 1) // RADIX_BITS
+    digit_mask = (1 << RADIX_BITS) - 1
+    counts = np.zeros((digits, 1 << RADIX_BITS), dtype=np.int64)
+    for place in range(count):
+        high = np.int64(packed[place] >> np.uint64(INDEX_BITS))
+        for digit in range(digits):
+            counts[digit, (high >> (digit * RADIX_BITS)) & digit_mask] += 1
+    keys, spare, swapped = packed, np.empty(count, dtype=np.uint64), False
+    for digit in range(digits):
+        shift = np.uint64(INDEX_BITS + digit * RADIX_BITS)
+        if count == 0 or counts[digit, np.int64(keys[0] >> shift) & digit_mask] == count:
+            continue
+        start = 0
+        for bucket in range(1 << RADIX_BITS):
+            size = counts[digit, bucket]
+            counts[digit, bucket] = start
+            start += size
+        for place in range(count):
+            bucket = np.int64(keys[place] >> shift) & digit_mask
+            spare[counts[digit, bucket]] = keys[place]
+            counts[digit, bucket] += 1
+        keys, spare, swapped = spare, keys, not swapped
+    if swapped:
+        for place in range(count):
+            packed[place] = keys[place]
 
 
 @compiled

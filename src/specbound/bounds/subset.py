@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbound.compiled import compiled
+from specbound.probability import LAST_KEY_BITS, ascending_order
 
 MAX_BRUTEFORCE_VOCAB = 16
 MAX_BRUTEFORCE_ENTRIES = 20_000_000  # 2^V subsets x K draft tuples
 SCAN_ROW_BLOCK = 4  # rows scanned together: larger blocks fall out of cache at V ~ 150k
-MAX_RADIX_BITS = 16  # bits per pass of the scan order's radix sort: 4 passes at V ~ 150k (12 bits: 6, slower)
 PRUNING_MARGIN = 1e-12  # above the rounding of the gaps and their bounds (running sums of ≤ 1)
 
 
@@ -151,62 +151,28 @@ def follows_the_ratios(target, draft, order):
 def sort_by_ratio(target, draft, rows, order):
     """Writes into ``order`` each selected row's tokens sorted by (p/q, token id), p/q by its
     bits (p/q + 0, −0 made +0; NaN as the largest key); True for a row where p/q overflowed
-    (∞ with q > 0), whose order is then left to the exact sort.
-
-    A least-significant-digit radix sort of the keys with their tokens, about log2(V) bits
-    at a time (at most ``MAX_RADIX_BITS``; a digit that all keys share is skipped): every
-    pass is stable and the tokens start in id order, so equal keys stay in id order.
+    (∞ with q > 0), whose order is then left to the exact sort. The sort is
+    ``probability.ascending_order``, stable, so equal keys stay in id order.
     # [batch, vocab] x2, [batch] bool, writes [batch, vocab] int -> [batch] bool"""
     batch, vocab_size = target.shape
     overflowed = np.zeros(batch, dtype=np.bool_)
-    if vocab_size == 0:
-        return overflowed
-    digit_bits = 8
-    while digit_bits < MAX_RADIX_BITS and (2 << digit_bits) < vocab_size:  # ~V buckets: few passes, tables in cache
-        digit_bits += 1
-    digits = (64 + digit_bits - 1) // digit_bits
-    digit_mask = np.uint64((1 << digit_bits) - 1)
     ratios = np.empty(vocab_size)
-    keys, spare_keys = ratios.view(np.uint64), np.empty(vocab_size, dtype=np.uint64)
-    tokens, spare_tokens = np.empty(vocab_size, dtype=np.int32), np.empty(vocab_size, dtype=np.int32)  # V < 2^31
-    counts = np.empty((digits, 1 << digit_bits), dtype=np.int32)
+    keys = ratios.view(np.uint64)
     for row in range(batch):
         if not rows[row]:
             continue
-        for digit in range(digits):  # loops, not array assignments: those take seconds to compile
-            for value in range(1 << digit_bits):
-                counts[digit, value] = 0
         for token in range(vocab_size):
             ratio = target[row, token] / draft[row, token] + 0.0
             ratios[token] = ratio
             if ratio != ratio:
-                keys[token] = np.uint64(0xFFFFFFFFFFFFFFFF)
+                keys[token] = np.uint64(LAST_KEY_BITS)
             elif ratio == np.inf and draft[row, token] > 0:
                 overflowed[row] = True
-            tokens[token] = token
-            for digit in range(digits):
-                counts[digit, (keys[token] >> np.uint64(digit * digit_bits)) & digit_mask] += 1
         if overflowed[row]:
             continue
-        source_keys, source_tokens, sorted_keys, sorted_tokens = keys, tokens, spare_keys, spare_tokens
-        for digit in range(digits):
-            shift = np.uint64(digit * digit_bits)
-            if counts[digit, (source_keys[0] >> shift) & digit_mask] == vocab_size:
-                continue
-            start = 0
-            for value in range(1 << digit_bits):
-                size = counts[digit, value]
-                counts[digit, value] = start
-                start += size
-            for place in range(vocab_size):
-                value = (source_keys[place] >> shift) & digit_mask
-                sorted_keys[counts[digit, value]] = source_keys[place]
-                sorted_tokens[counts[digit, value]] = source_tokens[place]
-                counts[digit, value] += 1
-            source_keys, sorted_keys = sorted_keys, source_keys
-            source_tokens, sorted_tokens = sorted_tokens, source_tokens
+        sorted_tokens = ascending_order(ratios)
         for place in range(vocab_size):
-            order[row, place] = source_tokens[place]
+            order[row, place] = sorted_tokens[place]
     return overflowed
 
 

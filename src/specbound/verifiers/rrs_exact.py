@@ -27,7 +27,7 @@ certified bracket refined until it is within a tolerance (llama.cpp's float32 ro
 distinct values, closed by 256 bins a side and, where that is not enough, a few hundred
 finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
 
-The row's passes, its two sorts (a radix sort on the floats' bits, ``_ascending_order``) and
+The row's passes, its two sorts (a radix sort on the floats' bits, ``probability.ascending_order``) and
 the bracket passes are compiled loops (``specbound.compiled``); sums over the vocabulary are
 compensated (``_added``).
 
@@ -57,7 +57,7 @@ import numpy as np
 
 from specbound.checks import WorkLimitError, within_limit
 from specbound.compiled import compiled
-from specbound.probability import mass_of_the_others, top_tokens
+from specbound.probability import ascending_order, mass_of_the_others, top_tokens
 
 DEFAULT_TOLERANCE = 1e-10
 RECURSION_SECONDS_LIMIT = 20.0
@@ -71,8 +71,6 @@ FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
-INDEX_BITS = 31  # _ascending_order packs an index below a key's bits: at most 2^31 keys
-RADIX_BITS = 11  # bits of a key sorted per radix pass of _ascending_order: three passes
 WEIGHING_MARGIN = 1e-12  # below 1 − q(x1), above its rounding: _three_level_arrays
 
 
@@ -135,7 +133,7 @@ def _sorted_curve(targets, drafts):
         else:
             ratios[count], targets[count], drafts[count] = ratio, targets[token], drafts[token]
             count += 1
-    order = _ascending_order(ratios[:count])
+    order = ascending_order(ratios[:count])
     breakpoints, targets, drafts = ratios[order], targets[order], drafts[order]
     sums = np.zeros((count + 1, 2))
     for place in range(count):
@@ -653,7 +651,7 @@ class _ThreeLevels:
 def _three_level_arrays(target, draft):
     """The fields of ``_ThreeLevels`` but the last, from two passes over the row, the
     curve's sort (``_min_sum_arrays``) and one sort of the values of the draft tokens that
-    can weigh as x2 (``_ascending_order``), each token's p and q gathered once in that
+    can weigh as x2 (``ascending_order``), each token's p and q gathered once in that
     order; a total variation of 0 where p ≤ q everywhere (the first draft is always
     accepted and nothing else is used). A token weighs as x2 where r = p²/q < s for some
     x1: every s = 1/(1 − q(x1)) is below 1/(min(1, Σq) − q(x1) − ``WEIGHING_MARGIN``) for
@@ -699,7 +697,7 @@ def _three_level_arrays(target, draft):
             positive += 1
     curve, moving_residual, moving_draft = _sorted_curve(targets, drafts)
     keys, pairs = keys[:positive], pairs[:positive]
-    order = _ascending_order(keys)
+    order = ascending_order(keys)
     values, resting = np.empty(positive), np.zeros(positive)
     distinct, second_reach = np.empty(positive, dtype=np.int64), np.zeros(positive)
     first_values, first_weights, first_reach = np.empty(positive), np.zeros(positive), np.zeros(positive)
@@ -971,76 +969,6 @@ def _find_piece(breakpoints, sums, threshold, pieces, piece):
     pieces[piece, 0] = breakpoints[low - 1] if low > 0 else -np.inf
     pieces[piece, 1] = breakpoints[low] if low < size else np.inf
     pieces[piece, 2], pieces[piece, 3], pieces[piece, 4] = sums[low, 0], sums[low, 1], low
-
-
-@compiled
-def _ascending_order(keys):
-    """The stable ascending order of non-negative floats (∞ allowed).
-
-    A non-negative float's bits rise with its value: each key's bits above the lowest
-    ``INDEX_BITS`` are packed with its index below them and sorted (``_radix_sort``). Keys
-    that agree above the index bits (within 2^-21 of each other) are then put in order by
-    their lowest bits the same way, each with its place in the run below them.
-    # [k] -> [k] int"""
-    count = keys.size
-    bits = keys.view(np.uint64)
-    index_bits, index_mask = np.uint64(INDEX_BITS), np.uint64((1 << INDEX_BITS) - 1)
-    packed = np.empty(count, dtype=np.uint64)
-    for place in range(count):
-        packed[place] = ((bits[place] >> index_bits) << index_bits) | np.uint64(place)
-    _radix_sort(packed)
-    order = np.empty(count, dtype=np.int64)
-    start, tied = 0, False  # a run of keys equal above the index bits, and whether they are out of order
-    for place in range(count):
-        order[place] = np.int64(packed[place] & index_mask)
-        if place > start:
-            tied = tied or keys[order[place]] < keys[order[place - 1]]
-        if place + 1 < count and (packed[place + 1] >> index_bits) == (packed[start] >> index_bits):
-            continue
-        if tied:  # by the lowest bits, ties in index order (the run's order so far)
-            run = np.empty(place + 1 - start, dtype=np.uint64)
-            for within in range(run.size):
-                run[within] = ((bits[order[start + within]] & index_mask) << index_bits) | np.uint64(within)
-            _radix_sort(run)
-            for within in range(run.size):  # the run's tokens, in its new order
-                run[within] = np.uint64(order[start + np.int64(run[within] & index_mask)])
-            for within in range(run.size):
-                order[start + within] = np.int64(run[within])
-        start, tied = place + 1, False
-    return order
-
-
-@compiled
-def _radix_sort(packed):
-    """Sorts ``packed`` in place by its bits above the lowest ``INDEX_BITS``, stably:
-    least-significant-digit radix passes of ``RADIX_BITS`` (one counting pass for all
-    digits; a digit that every key shares is skipped).  # [k] uint64"""
-    count = packed.size
-    digits = (64 - INDEX_BITS + RADIX_BITS - 1) // RADIX_BITS
-    digit_mask = (1 << RADIX_BITS) - 1
-    counts = np.zeros((digits, 1 << RADIX_BITS), dtype=np.int64)
-    for place in range(count):
-        high = np.int64(packed[place] >> np.uint64(INDEX_BITS))
-        for digit in range(digits):
-            counts[digit, (high >> (digit * RADIX_BITS)) & digit_mask] += 1
-    keys, spare, swapped = packed, np.empty(count, dtype=np.uint64), False
-    for digit in range(digits):
-        shift = np.uint64(INDEX_BITS + digit * RADIX_BITS)
-        if count == 0 or counts[digit, np.int64(keys[0] >> shift) & digit_mask] == count:
-            continue
-        start = 0
-        for bucket in range(1 << RADIX_BITS):
-            size = counts[digit, bucket]
-            counts[digit, bucket] = start
-            start += size
-        for place in range(count):
-            bucket = np.int64(keys[place] >> shift) & digit_mask
-            spare[counts[digit, bucket]] = keys[place]
-            counts[digit, bucket] += 1
-        keys, spare, swapped = spare, keys, not swapped
-    if swapped:
-        for place in range(count):
-            packed[place] = keys[place]
 
 
 @compiled
