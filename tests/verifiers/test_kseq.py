@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from edge_cases import PAIR_KINDS, distribution_pairs
 from specbound.bounds.rows import RowPairs
 from specbound.verifiers import get_verifier
-from specbound.verifiers.kseq import far_estimate, kseq_scale, kseq_scale_of, near_estimate, near_form, pass_decision
+from specbound.verifiers.kseq import (
+    far_estimate,
+    kseq_scale,
+    kseq_scale_of,
+    near_estimate,
+    near_form,
+    pairwise_additions,
+    pass_decision,
+)
 
 COUNTS = (1, 2, 3, 4, 6)
 
@@ -131,6 +139,28 @@ def test_scan_beta_is_within_its_bound(seed):
         for beta, error in estimates:
             assert abs(beta - exact) <= error + 2 * np.finfo(float).eps * exact
     assert narrowed == 40
+
+
+def numpys_additions(length: int) -> int:
+    """The most additions one term meets in numpy's pairwise sum of ``length`` contiguous
+    values, step by step as numpy sums: fewer than 8 values one after the other from 0; up to
+    128 in 8 running sums, combined in three levels, the leftover added one by one; more
+    split in two halves (the first a multiple of 8), summed apart and added."""
+    if length < 8:
+        return length
+    if length <= 128:
+        return (length // 8 - 1) + 3 + length % 8
+    half = length // 2
+    half -= half % 8
+    return 1 + max(numpys_additions(half), numpys_additions(length - half))
+
+
+@pytest.mark.parametrize("lengths", [range(0, 3000), [8191, 8192, 65_536, 151_936, 151_937, 10**6, 10**8]])
+def test_pairwise_additions_bounds_what_numpys_sum_does(lengths):
+    """The certificate's count of additions (``certain``'s A) is at least numpy's own, at
+    every length: a smaller A would let a rounding of the pass flip a decision."""
+    for length in lengths:
+        assert pairwise_additions(length) >= numpys_additions(length), length
 
 
 def test_pass_decision_is_numpys_comparison():
