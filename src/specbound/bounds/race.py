@@ -223,7 +223,7 @@ def _window_nodes(draft, remaining, windows, n) -> list[int]:
     firsts = np.array([first for first, _ in windows], dtype=np.int64)
     nodes = []
     for (_, last), nth_largest in zip(windows, _nth_largest_before(draft, firsts, n)):
-        horizon = _race_horizon(float(nth_largest), remaining[last], n)
+        horizon = _race_horizon(float(nth_largest), float(remaining[last]), n)  # overflows to ∞: refused below
         if not np.isfinite(horizon) or horizon > 1e300:
             raise ValueError("draft_probs: the n-th largest draft masses are too small (subnormal) for the "
                              "exponential-race quadrature")

@@ -47,7 +47,8 @@ def acceptance_ratio(target_mass, draft_mass):
     """min(1, target/draft) for draft > 0, numpy or torch.  # [batch] -> [batch]"""
     if isinstance(target_mass, torch.Tensor):
         return torch.clamp(target_mass / draft_mass, max=1.0)
-    return np.minimum(1.0, target_mass / draft_mass)
+    with np.errstate(over="ignore"):  # a ratio beyond float64's range is ∞, and min(1, ∞) = 1
+        return np.minimum(1.0, target_mass / draft_mass)
 
 
 def residual_law(leftover, target):
