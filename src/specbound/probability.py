@@ -13,6 +13,8 @@ Numerics kept in one place:
   alike, so the two can be compared draw for draw;
 - a compiled loop (numba) that sums a row sums it in numpy's own order (``pairwise_sum``),
   so it gives what the numpy expression it replaces gave, bit for bit.
+- float keys (ratios p/q, masses) are put in order by one stable radix sort on their bits
+  (``ascending_order``), wherever an exact computation sorts them.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ EPS = np.finfo(float).eps
 UNIT_ROUNDOFF = EPS / 2
 SMALLEST_SUBNORMAL = np.finfo(float).smallest_subnormal
 NEAR_TOKENS = 64  # at most this many ratios inside the bracket: β's near form sums them one by one
+# scan_bisection's state: one float array, so that a compiled call can stop and be resumed
+LOW, HIGH = 0, 1  # the bracket on ρ
+PENDING_BETA, POWER = 2, 3  # a pass's β awaiting numpy's (1 − β)ⁿ (NaN if none), and that power
+NEAR = 4  # near_form's five values from here on: start (−1 until narrowed), stop, S_P, S_Q, factor
+STATE_SIZE = NEAR + 5
 
 
 def kseq_scale(target, draft, num_drafts):
@@ -80,10 +85,12 @@ def kseq_scale_of(rows: RowPairs, num_drafts: int) -> np.ndarray:
     for row in range(len(scales)):
         arrays = (rows.target[row], rows.draft[row], rows.target_in_scan_order[row], rows.draft_in_scan_order[row],
                   rows.target_inside[row], rows.draft_inside[row])
-        state = np.array([1.0, float(num_drafts), np.nan, np.nan, -1, -1, 0.0, 0.0, 0.0])  # scan_bisection's
+        state = np.zeros(STATE_SIZE)
+        state[LOW], state[HIGH] = 1.0, float(num_drafts)
+        state[PENDING_BETA], state[NEAR] = np.nan, -1
         while scan_bisection(*arrays, num_drafts, state):
-            state[3] = ((1.0 - state[2:3]) ** num_drafts)[0]
-        scales[row] = state[1]
+            state[POWER] = ((1.0 - state[PENDING_BETA:PENDING_BETA + 1]) ** num_drafts)[0]  # numpy's array power
+        scales[row] = state[HIGH]
     return scales
 
 
@@ -96,11 +103,11 @@ def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside
     ratios, ``near_form``; ``certain``), else by the pass: β summed over the row as
     ``_bracket_holds`` sums it (``probability.pairwise_sum``), and its comparison p_acc ≥ ρβ
     (``pass_decision``). Returns True with the state saved where that comparison needs
-    numpy's (1 − β)ⁿ, to be called again with it in ``state[3]``; False, the bracket in
-    ``state[:2]``, once it is narrow enough.
-    # [vocab] x4 (id order, scan order), [vocab + 1] x2, int, [9] -> bool"""
-    low, high = state[0], state[1]
-    near = (int(state[4]), int(state[5]), state[6], state[7], state[8])
+    numpy's (1 − β)ⁿ, to be called again with it in ``state[POWER]``; False, the bracket in
+    ``state[LOW]``, ``state[HIGH]``, once it is narrow enough.
+    # [vocab] x4 (id order, scan order), [vocab + 1] x2, int, [STATE_SIZE] -> bool"""
+    low, high = state[LOW], state[HIGH]
+    near = (int(state[NEAR]), int(state[NEAR + 1]), state[NEAR + 2], state[NEAR + 3], state[NEAR + 4])
     vocab_size = target.size
     subnormal_error = vocab_size * SMALLEST_SUBNORMAL
     pass_terms = pairwise_additions(vocab_size) + 2
@@ -109,9 +116,9 @@ def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside
         if high - low <= 4 * EPS * high:
             break
         middle = 0.5 * (low + high)
-        if state[2] == state[2]:  # this step's pass, with numpy's power
-            decision = 1 if 1.0 - state[3] >= middle * state[2] else 0
-            state[2] = np.nan
+        if state[PENDING_BETA] == state[PENDING_BETA]:  # this step's pass, with numpy's power
+            decision = 1 if 1.0 - state[POWER] >= middle * state[PENDING_BETA] else 0
+            state[PENDING_BETA] = np.nan
         else:
             for _ in range(2):  # the estimate, then once narrowed to the near form
                 if near[0] < 0:
@@ -131,14 +138,14 @@ def scan_bisection(target, draft, target_in_order, draft_in_order, target_inside
                 beta = pairwise_sum(terms, 0, vocab_size)
                 decision = pass_decision(beta, middle, num_drafts)
                 if decision < 0:
-                    state[0], state[1], state[2] = low, high, beta
-                    state[4], state[5], state[6], state[7], state[8] = near
+                    state[LOW], state[HIGH], state[PENDING_BETA] = low, high, beta
+                    state[NEAR], state[NEAR + 1], state[NEAR + 2], state[NEAR + 3], state[NEAR + 4] = near
                     return True
         if decision == 1:
             low = middle
         else:
             high = middle
-    state[0], state[1] = low, high
+    state[LOW], state[HIGH] = low, high
     return False
 
 
