@@ -59,6 +59,27 @@ def test_torch_path_runs_in_float32_at_real_vocabulary(name):
     assert bool(torch.all((verdict.tokens >= 0) & (verdict.tokens < 151_936)))
 
 
+def test_a_narrow_rows_sum_may_be_off_by_vocabulary_times_unit_roundoff_and_no_more():
+    """A float32 softmax's row sums to 1 within V·u whatever order its kernel sums in (on an
+    AVX2-only CPU torch's lands past a fixed 64 ulps at a real vocabulary): at a
+    V where V·u exceeds 64 ulps, a row off by 0.9·V·u is verified, one off by 1.1·V·u is
+    refused, naming the argument."""
+    vocab_size = 4096
+    bound = vocab_size * torch.finfo(torch.float32).eps / 2
+    draft = torch.full((1, vocab_size), 1 / vocab_size, dtype=torch.float32)
+    tokens = torch.tensor([[0, 1]])
+    uniforms = torch.full((1, 3), 0.5, dtype=torch.float64)
+    for factor, accepted in ((0.9, True), (1.1, False)):
+        target = draft.clone()
+        target[0, 0] += factor * bound  # representable: 1/4096 + ~1.1e-4 is exact to float32's 24 bits
+        assert abs(target.double().sum().item() - 1 - factor * bound) < 0.01 * bound
+        if accepted:
+            verify_torch_with_uniforms(get_verifier("rrs"), target, draft, tokens, uniforms)
+        else:
+            with pytest.raises(ValueError, match="target_probs: rows must sum to 1"):
+                verify_torch_with_uniforms(get_verifier("rrs"), target, draft, tokens, uniforms)
+
+
 def test_torch_sampler_never_picks_zero_weight_and_guards_empty_rows():
     weights = torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
     uniforms = torch.tensor([0.999999999, 0.3], dtype=torch.float64)
