@@ -43,10 +43,12 @@ MOST_EVENTS_BEFORE_A_KILL = 36
 DRIVER = textwrap.dedent('''
     import ast, builtins, os, sys, time
 
+    import numpy as np
+
     from specbound.studies import records
     from specbound.studies.acceptance import AcceptanceStudy
     from specbound.studies.runner import run_study
-    from study_fixtures import tiny_pair, tiny_prompts
+    from study_fixtures import VOCAB, tiny_pair, tiny_prompts
 
     prompts, options = int(sys.argv[1]), ast.literal_eval(sys.argv[2])
 
@@ -102,6 +104,11 @@ DRIVER = textwrap.dedent('''
         event(f"worker {os.getpid()}")
         run_study(ReportingStudy(**options), tiny_pair(), tiny_prompts(prompts), out, "toy", progress=False)
 
+
+    # The exact part's compiled functions, loaded from numba's cache here once rather than in
+    # every worker (each would spend most of its life loading them); numpy only, no torch.
+    rows = np.random.default_rng(0).dirichlet(np.ones(VOCAB), size=(2, 3))
+    AcceptanceStudy(**options).exact(rows[0], rows[1])
 
     event("ready")
     for out in sys.stdin:  # one worker per line, naming its results folder; torch runs in the workers only
