@@ -19,16 +19,40 @@ settings.register_profile("specbound", derandomize=True, database=None, max_exam
 settings.load_profile("specbound")
 
 
+# The groups that take longest, longest first. The workers take groups in collection order
+# (``--no-loadscope-reorder``, pyproject.toml), each the next one when it is nearly done, so
+# starting the long ones first lets the workers finish together; xdist's own order (most tests
+# first) left a single long test to the end of one worker while the other sat idle.
+LONGEST_GROUPS = (
+    "serve",
+    "engine/test_engine_lossless.py",
+    "engine/test_llamacpp_backend.py",
+    "studies/test_study_multistep.py",
+    "studies/test_study_acceptance.py",
+    "studies/test_crash_consistency.py",
+    "bounds/test_optimal_acceptance.py",
+    "verifiers/test_verifier_properties.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Which tests share a pytest-xdist worker (``--dist loadgroup``, pyproject.toml): a test
     file's tests share one, so its module fixtures are built once; the serve tests share one
     with each other, so their session servers start once and run in file order (the drain test,
-    which stops the small server, after the tests that use it)."""
+    which stops the small server, after the tests that use it). Then the order the groups are
+    handed out in: ``LONGEST_GROUPS`` first, the others by their number of tests, most first;
+    a group's tests keep their order."""
     root = Path(__file__).parent
+    groups = {}
     for item in items:
-        group = "serve" if item.path.parent == root / "serve" else str(item.path)
+        relative = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
+        group = "serve" if relative.startswith("serve/") else relative
         item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    first = {group: rank for rank, group in enumerate(LONGEST_GROUPS)}
+    ordered = sorted(groups.items(), key=lambda named: (first.get(named[0], len(first)), -len(named[1])))
+    items[:] = [item for _, group_items in ordered for item in group_items]
 
 
 @pytest.fixture
