@@ -3,12 +3,13 @@ exist, so a renamed or moved file cannot silently drop out of the longest-first 
 
 from pathlib import Path
 
-from conftest import LONGEST_GROUPS
-
 TESTS = Path(__file__).parent
 
 
-def test_every_longest_group_names_a_test_file_or_folder():
-    missing = [group for group in LONGEST_GROUPS if not (TESTS / group).exists()]
+def test_every_longest_group_names_a_test_file_or_folder(request):
+    # tests/conftest.py as pytest loaded it (``import conftest`` may find another folder's)
+    conftest = next(plugin for plugin in request.config.pluginmanager.get_plugins()
+                    if getattr(plugin, "__file__", None) == str(TESTS / "conftest.py"))
+    missing = [group for group in conftest.LONGEST_GROUPS if not (TESTS / group).exists()]
     assert not missing, missing
-    assert len(set(LONGEST_GROUPS)) == len(LONGEST_GROUPS)
+    assert len(set(conftest.LONGEST_GROUPS)) == len(conftest.LONGEST_GROUPS)
