@@ -80,6 +80,22 @@ def test_a_narrow_rows_sum_may_be_off_by_vocabulary_times_unit_roundoff_and_no_m
                 verify_torch_with_uniforms(get_verifier("rrs"), target, draft, tokens, uniforms)
 
 
+def test_a_bf16_rows_sum_is_still_checked_at_a_real_vocabulary():
+    """The V·u allowance is float32's u, the softmax's accumulator: with bf16's own u it would
+    exceed 1 at V = 151,936 and let any row through. A bf16 row summing to 2 is refused; one
+    summing to 1 is verified."""
+    vocab_size = 151_936
+    draft = torch.zeros((1, vocab_size), dtype=torch.bfloat16)
+    draft[0, :2] = 0.5
+    tokens = torch.tensor([[0, 1]])
+    uniforms = torch.full((1, 3), 0.5, dtype=torch.float64)
+    verify_torch_with_uniforms(get_verifier("rrs"), draft.clone(), draft, tokens, uniforms)
+    target = draft.clone()
+    target[0, :2] = 1.0
+    with pytest.raises(ValueError, match="target_probs: rows must sum to 1"):
+        verify_torch_with_uniforms(get_verifier("rrs"), target, draft, tokens, uniforms)
+
+
 def test_torch_sampler_never_picks_zero_weight_and_guards_empty_rows():
     weights = torch.tensor([[0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
     uniforms = torch.tensor([0.999999999, 0.3], dtype=torch.float64)

@@ -248,10 +248,11 @@ def _check_torch(verifier, target, draft, tokens, uniforms):
     """The numpy path's checks that are cheap on torch tensors, each a ValueError naming its
     argument: types, shapes, dtypes and devices; finite probabilities in [0, 1] whose rows
     sum to 1 within ``SUM_TOLERANCE`` (float64) or, in a narrower dtype, within 64 ulps or
-    what a softmax in that dtype may carry whatever order its kernel sums in, if more: its
-    normaliser, a sum of V terms, is exact only to (V − 1)·u relative (Higham's γ), and
-    each entry's own rounding adds u, so V·u in all (u = eps/2; how wide the CPU's vectors
-    are decides where in that range a given machine lands); token ids in the
+    what a softmax may carry whatever order its kernel sums in, if more: its normaliser, a
+    sum of V terms accumulated in float32 or wider, is exact only to (V − 1)·u relative
+    (Higham's γ; u = eps/2 of the accumulating dtype, not of a bf16 or float16 output), and
+    each entry's own rounding adds u, so V·u in all (how wide the CPU's vectors are decides
+    where in that range a given machine lands); token ids in the
     vocabulary, of positive draft probability, and distinct where the scheme draws
     distinct tokens; uniforms in [0, 1). Elementwise passes over the rows and O(batch·n)
     gathers, with one device sync for all the values."""
@@ -283,9 +284,9 @@ def _check_torch(verifier, target, draft, tokens, uniforms):
 
     vocab_size = target.shape[1]
     tolerance = SUM_TOLERANCE
+    sum_dtype = torch.promote_types(target.dtype, torch.float32)  # the softmax's and this check's accumulator
     if target.dtype != torch.float64:
-        tolerance = max(SUM_TOLERANCE, 64 * torch.finfo(target.dtype).eps, vocab_size * torch.finfo(target.dtype).eps / 2)
-    sum_dtype = torch.promote_types(target.dtype, torch.float32)
+        tolerance = max(SUM_TOLERANCE, 64 * torch.finfo(target.dtype).eps, vocab_size * torch.finfo(sum_dtype).eps / 2)
     in_vocabulary = (tokens >= 0) & (tokens < vocab_size)
     checks = []  # (argument, what must hold, whether it holds: a 0-d bool tensor)
     for name, probs in (("target_probs", target), ("draft_probs", draft)):
