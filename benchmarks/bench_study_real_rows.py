@@ -44,7 +44,7 @@ def generated_rows(dataset: str, positions: int, threads: int | None, seed: int)
     request = traces.TraceRequest(processing, build_method("autoregressive"), positions)
     trace = traces.generate_traces(pair, request, [prompt], [torch.Generator().manual_seed(seed)])[0]
     draft_rows = traces.next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
-    return np.asarray(trace.target_probs), np.asarray(draft_rows)
+    return trace.target_rows(), np.asarray(draft_rows)
 
 
 def main() -> None:

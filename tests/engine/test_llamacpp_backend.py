@@ -12,6 +12,8 @@ samples are compared with it by the pooled χ² test at level 0.001 (its power i
 checked in ``test_engine_lossless.test_the_check_has_power``).
 """
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -138,6 +140,29 @@ def test_a_full_cache_grows_when_reset_for_more(gguf_models):
         lm.prefill(0, prompt)
     lm.reset(1, cells=len(prompt))
     assert lm.prefill(0, prompt).shape == (1, lm.logits_size)
+
+
+def test_the_kept_scoring_context_scores_as_a_fresh_one(gguf_models, tmp_path, target_model):
+    """``LlamaCppModel.scorer`` is one context kept for every scoring forward: after
+    sequences of other lengths (one past its cells, so it grew), each sequence's logits are
+    bit for bit those of a context made for it alone; a model holding its scorer is freed
+    with it (the scorer's context first), and the file can be loaded again."""
+    model = gguf_models[1]
+    sequences = [[1, 2, 3, 4, 5] * 4, [2, 4] * 200, [3, 1, 2]]
+    scorer = model.scorer()
+    assert model.scorer() is scorer
+    for sequence in sequences + sequences[::-1]:
+        kept = scorer.sequence_logits(sequence, 3)
+        fresh = llamacpp.LlamaCppLM(model).sequence_logits(sequence, 3)
+        assert kept.shape == (3, scorer.logits_size)
+        assert torch.equal(kept, fresh)
+    path = write_gguf(target_model, tmp_path / "scored.gguf")
+    loaded = llamacpp.LlamaCppModel(path, threads=1)
+    logits = loaded.scorer().sequence_logits(sequences[0], 1)
+    del loaded
+    gc.collect()
+    again = llamacpp.LlamaCppModel(path, threads=1)
+    assert torch.equal(again.scorer().sequence_logits(sequences[0], 1), logits)
 
 
 def test_a_prefill_in_chunks_gives_the_logits_of_one_forward_and_tells_its_progress(gguf_models):

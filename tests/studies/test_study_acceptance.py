@@ -293,7 +293,7 @@ def test_float32_twins_prefill_and_score_while_the_model_decodes(float32_faster,
     assert calls["draft_twin"] == prefills + 1 and calls["target_twin"] == prefills
     assert calls["target"] == decoding_calls["target"] and calls["draft"] == decoding_calls["draft"]
     assert target_rows.shape == draft_rows.shape == (6, pair.vocab_size)
-    np.testing.assert_array_equal(target_rows, trace.target_probs)
+    np.testing.assert_array_equal(target_rows, trace.target_rows())
 
 
 def test_worker_processes_give_the_records_of_one_process(tmp_path):

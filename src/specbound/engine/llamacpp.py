@@ -130,6 +130,16 @@ class LlamaCppModel:
         self.description = buffer.value.decode(errors="replace")
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
         self.fingerprint = fingerprint or _file_fingerprint(self.path)
+        self._scorer: LlamaCppLM | None = None
+
+    def scorer(self) -> LlamaCppLM:
+        """The model's context for whole-sequence scoring (``LlamaCppLM.sequence_logits``),
+        made on first use and kept: a study scores every unit with one forward, and a new
+        context each time paid its KV allocation and llama.cpp's graph reservation again.
+        (It holds the model and the model holds it; ``__del__`` frees its context first.)"""
+        if self._scorer is None:
+            self._scorer = LlamaCppLM(self)
+        return self._scorer
 
     def metadata(self, key: str) -> str | None:
         """The file's metadata value ``key`` as text (llama.cpp's reading of it, already in
@@ -169,6 +179,9 @@ class LlamaCppModel:
         return context
 
     def __del__(self):
+        scorer = getattr(self, "_scorer", None)
+        if scorer is not None:  # its context before the model it was made from
+            scorer.close()
         model = getattr(self, "_model", None)
         if model:
             try:
@@ -272,15 +285,19 @@ class LlamaCppLM:
         self._memory = self._llama.llama_get_memory(self._context)
         self._batch = self._llama.llama_batch_init(self._batch_tokens, 0, MAX_SEQUENCES)
 
-    def __del__(self):
+    def close(self) -> None:
+        """Free the context (the object is unusable after)."""
         context = getattr(self, "_context", None)
         if context:
+            self._context = None
             try:
                 self._llama.llama_batch_free(self._batch)
                 self._llama.llama_free(context)
             except Exception:  # interpreter shutdown
                 pass
-            self._context = None
+
+    def __del__(self):
+        self.close()
 
     @property
     def logits_size(self) -> int:

@@ -148,10 +148,8 @@ class FullForwards:
         if isinstance(model, torch.nn.Module):
             device = next(model.parameters()).device
             self._last_logits = lambda sequence: model(input_ids=torch.tensor([sequence], device=device)).logits[0, -1:]
-        else:  # a llama.cpp model (engine.llamacpp): its own forward
-            from specbound.engine.llamacpp import LlamaCppLM
-
-            scorer = LlamaCppLM(model)
+        else:  # a llama.cpp model (engine.llamacpp): its own forward, in the model's scoring context
+            scorer = model.scorer()
             self._last_logits = lambda sequence: scorer.sequence_logits(list(sequence), 1)
 
     def __call__(self, sequence: tuple[int, ...]) -> np.ndarray:

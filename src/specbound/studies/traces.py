@@ -44,8 +44,17 @@ class Trace:
     tokens: list[int]  # generated tokens, EOS included when it ended the sequence
     finish_reason: str  # "eos" or "length"
     stats: RunStats  # the engine's counts for this generation
-    target_probs: np.ndarray | None = None  # the target law of each token  # [len(tokens), vocab] float64
+    # the target law of each token as the engine sampled from it; ``target_rows`` gives it in float64
+    target_probs: torch.Tensor | None = None  # [len(tokens), vocab] float32
     seconds: float = 0.0  # wall-clock of the generation (its share of a batch's)
+
+    def target_rows(self) -> np.ndarray:
+        """The recorded target laws in float64, each row renormalised: made when a unit is
+        scored, not when its batch is decoded, so a batch holds its rows in float32 (half the
+        memory) until each unit's turn. # -> [len(tokens), vocab] float64"""
+        if self.target_probs is None:
+            raise ValueError("trace: it has no recorded target laws (record_target_probs)")
+        return _renormalised(self.target_probs)
 
 
 @dataclass(frozen=True)
@@ -89,13 +98,13 @@ def generate_traces(pair: ModelPair, request: TraceRequest, prompts: list[list[i
                                          record_target_probs=True)
     share = (time.perf_counter() - started) / len(prompts)
     return [Trace(list(prompt), generation.tokens, generation.finish_reason, generation.stats,
-                  _renormalised(generation.target_probs), share)
+                  generation.target_probs, share)
             for prompt, generation in zip(prompts, generations)]
 
 
 def _renormalised(probs: torch.Tensor) -> np.ndarray:
-    probs = probs.to(torch.float64)
-    return (probs / probs.sum(dim=-1, keepdim=True)).numpy()
+    probs = probs.to(torch.float64, copy=True)  # a copy even of float64 rows: divided in place below
+    return probs.div_(probs.sum(dim=-1, keepdim=True)).numpy()
 
 
 @contextmanager
@@ -125,9 +134,7 @@ def next_token_probs(
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
     if not isinstance(model, torch.nn.Module):  # a llama.cpp model: its own forward, at the file's precision
-        from specbound.engine.llamacpp import LlamaCppLM
-
-        logits = LlamaCppLM(model).sequence_logits(list(prompt_ids) + list(tokens[:-1]), len(tokens))
+        logits = model.scorer().sequence_logits(list(prompt_ids) + list(tokens[:-1]), len(tokens))
         return _renormalised(processing.probs(logits))
     parameter = next(model.parameters())
     input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=parameter.device)
@@ -143,7 +150,7 @@ def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[
     (one scoring forward of the target when the trace has none), one forward of the draft.
     # -> [T, vocab], [T, vocab] float64"""
     if trace.target_probs is not None:
-        target_rows = trace.target_probs
+        target_rows = trace.target_rows()
     else:
         target_rows = next_token_probs(pair.target, trace.prompt_ids, trace.tokens, processing, pair.target_twin)
     draft_rows = next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing, pair.draft_twin)
