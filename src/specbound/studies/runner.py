@@ -119,7 +119,9 @@ def batches(study: Study, units: list, batch_size: int) -> list[list]:
     return groups + ([current] if current else [])
 
 
-BATCH_SIZES = (1, 2, 4, 8, 16)
+# every batch the cost book measures (``engine.costs.ROWS``); a unit's recorded target rows are
+# float32 until its turn (``traces.Trace.target_rows``): 32 units of 128 tokens hold ~2.5 GB
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 # A batched row pays when its share of the forward is at most this much of a forward alone. The
 # margin covers what batching does not shrink (each row's sampling and recorded rows) and the
 # noise of the measured costs; without it a saving within that noise would trade the one-row
@@ -131,7 +133,7 @@ def measured_batch_size(target_costs, sizes=BATCH_SIZES) -> int:
     """The batch size that pays on this machine: the B of ``sizes`` whose forward costs least
     per row (``engine.costs.Costs``; ties to the smaller B), where that row's share is at most
     ``PAYING_ROW_SHARE`` of a one-row forward; else 1. Where a row costs linear time (an
-    AVX2-only CPU in bf16) that is 1; where 16 rows cost little more than one, 16."""
+    AVX2-only CPU in bf16) that is 1; where 32 rows cost little more than one, 32."""
     alone = target_costs(1)
     cheapest = min(sizes, key=lambda size: (target_costs(size) / size, size))
     return cheapest if target_costs(cheapest) <= PAYING_ROW_SHARE * cheapest * alone else 1
