@@ -1,0 +1,132 @@
+"""The llama.cpp forwards a study unit is made of, on this machine: the floor under a unit.
+
+A unit of the acceptance study at Hu et al.'s settings runs three kinds of forward of the
+embedded Q4_K_M pair: the target's prefill of the prompt, the target's batched decoding
+steps (one token a row), and one draft forward over prompt + generation (the scoring
+forward). Their cost is llama.cpp's kernels on these files; nothing the study does outside
+them can make a unit cheaper than they are. Measured here, each the minimum over repeats:
+
+- prefill rate (tokens/s) of each model, one sequence of 256 tokens;
+- one decoding step of B rows (B = 16, 32) at 250 cached tokens a row, llama.cpp's KV cells
+  unified (one store for every sequence, as ``engine.llamacpp`` makes its contexts: trees
+  share their prefix's cells) and one stream per row (each row's attention sees only its
+  own cells);
+- the same with 1 and 2 threads: whether a study could overlap its exact part (numpy/numba
+  on worker processes) with generation on a 2-core machine (it can only where one thread
+  does more than half the work of two).
+
+Writes JSON with the processor (``lscpu``'s model and flags).
+
+    python benchmarks/bench_study_forwards.py --out results/study_hu2025/forwards_avx2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from bench_forward_rows import lscpu
+from specbound.engine import llamacpp
+from specbound.models.loading import gguf_file
+
+CACHED = 250  # tokens per row before the timed steps: an MMLU prompt and part of its answer
+STEPS = 8
+PREFILL = 256
+
+
+class Context:
+    """A bare llama.cpp context of ``rows`` sequences (low-level API, as engine.llamacpp)."""
+
+    def __init__(self, model, rows: int, threads: int, unified: bool):
+        self.api = llamacpp._llama()
+        parameters = self.api.llama_context_default_params()
+        parameters.n_ctx = rows * 512
+        parameters.n_batch = parameters.n_ubatch = 512
+        parameters.n_seq_max = rows
+        parameters.n_threads = parameters.n_threads_batch = threads
+        parameters.kv_unified = unified
+        parameters.no_perf = True
+        self.context = self.api.llama_init_from_model(model, parameters)
+        if not self.context:
+            raise MemoryError("llama.cpp could not create the context")
+        self.batch = self.api.llama_batch_init(512, 0, rows)
+
+    def decode(self, items) -> float:
+        """One llama_decode of (token, position, sequence, wants logits); its seconds."""
+        for i, (token, position, sequence, output) in enumerate(items):
+            self.batch.token[i], self.batch.pos[i], self.batch.logits[i] = token, position, output
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = sequence
+        self.batch.n_tokens = len(items)
+        started = time.perf_counter()
+        if self.api.llama_decode(self.context, self.batch) != 0:
+            raise RuntimeError("llama_decode failed")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.api.llama_batch_free(self.batch)
+        self.api.llama_free(self.context)
+
+
+def token(i: int) -> int:
+    return (100 + 7919 * i) % 150_000
+
+
+def prefill_rate(model, threads: int, repeats: int = 2) -> float:
+    """Tokens per second of one PREFILL-token prefill (the best of ``repeats``, each on an
+    emptied cache)."""
+    context = Context(model, 1, threads, unified=True)
+    try:
+        seconds = []
+        for _ in range(repeats):
+            context.api.llama_memory_clear(context.api.llama_get_memory(context.context), True)
+            seconds.append(context.decode([(token(i), i, 0, i == PREFILL - 1) for i in range(PREFILL)]))
+        return PREFILL / min(seconds)
+    finally:
+        context.close()
+
+
+def step_seconds(model, rows: int, threads: int, unified: bool) -> float:
+    """Minimum over STEPS of one decoding step of ``rows`` rows after CACHED tokens each."""
+    context = Context(model, rows, threads, unified)
+    try:
+        for row in range(rows):
+            context.decode([(token(row + i), i, row, i == CACHED - 1) for i in range(CACHED)])
+        return min(context.decode([(token(step * rows + row), CACHED + step, row, True) for row in range(rows)])
+                   for step in range(STEPS))
+    finally:
+        context.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    result = {"cpu": lscpu(), "cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL, "models": {}}
+    for name in ("default-target", "default-draft"):
+        path, _ = gguf_file(name, progress=False)
+        api = llamacpp._llama()
+        parameters = api.llama_model_default_params()
+        parameters.n_gpu_layers = 0
+        model = api.llama_model_load_from_file(str(path).encode(), parameters)
+        figures = {}
+        for threads in (2, 1):
+            figures[f"prefill_tokens_per_second_threads{threads}"] = prefill_rate(model, threads)
+            print(name, threads, "threads: prefill", round(figures[f"prefill_tokens_per_second_threads{threads}"]),
+                  "tokens/s", flush=True)
+        for rows in (16, 32):
+            for unified in (True, False):
+                key = f"step_seconds_rows{rows}_{'unified' if unified else 'streams'}"
+                figures[key] = step_seconds(model, rows, 2, unified)
+                print(name, key, round(figures[key], 4), flush=True)
+        figures["step_seconds_rows16_unified_threads1"] = step_seconds(model, 16, 1, True)
+        print(name, "rows16 unified, 1 thread", round(figures["step_seconds_rows16_unified_threads1"], 4), flush=True)
+        result["models"][name] = figures
+        api.llama_model_free(model)
+    args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
