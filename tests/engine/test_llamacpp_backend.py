@@ -148,14 +148,16 @@ def test_the_kept_scoring_context_scores_as_a_fresh_one(gguf_models, tmp_path, t
     bit for bit those of a context made for it alone; a model holding its scorer is freed
     with it (the scorer's context first), and the file can be loaded again."""
     model = gguf_models[1]
-    sequences = [[1, 2, 3, 4, 5] * 4, [2, 4] * 200, [3, 1, 2]]
     scorer = model.scorer()
+    sequences = [[1, 2, 3, 4, 5] * 4, [2, 4, 1] * ((scorer._cells + 3) // 3), [3, 1, 2]]  # the second: past its cells
     assert model.scorer() is scorer
+    cells = scorer._cells
     for sequence in sequences + sequences[::-1]:
         kept = scorer.sequence_logits(sequence, 3)
         fresh = llamacpp.LlamaCppLM(model).sequence_logits(sequence, 3)
         assert kept.shape == (3, scorer.logits_size)
         assert torch.equal(kept, fresh)
+    assert scorer._cells > cells  # it grew, and scored as fresh contexts after
     path = write_gguf(target_model, tmp_path / "scored.gguf")
     loaded = llamacpp.LlamaCppModel(path, threads=1)
     logits = loaded.scorer().sequence_logits(sequences[0], 1)
