@@ -37,20 +37,12 @@ PREFILL = 256
 
 
 class Context:
-    """A bare llama.cpp context of ``rows`` sequences (low-level API, as engine.llamacpp)."""
+    """A context of ``rows`` sequences (``LlamaCppModel.new_context``) fed by hand-built
+    batches, one sequence id a token."""
 
-    def __init__(self, model, rows: int, threads: int, unified: bool):
+    def __init__(self, model: llamacpp.LlamaCppModel, rows: int, unified: bool):
         self.api = llamacpp._llama()
-        parameters = self.api.llama_context_default_params()
-        parameters.n_ctx = rows * 512
-        parameters.n_batch = parameters.n_ubatch = 512
-        parameters.n_seq_max = rows
-        parameters.n_threads = parameters.n_threads_batch = threads
-        parameters.kv_unified = unified
-        parameters.no_perf = True
-        self.context = self.api.llama_init_from_model(model, parameters)
-        if not self.context:
-            raise MemoryError("llama.cpp could not create the context")
+        self.context = model.new_context(rows * 512, rows, 512, unified=unified)
         self.batch = self.api.llama_batch_init(512, 0, rows)
 
     def decode(self, items) -> float:
@@ -74,10 +66,10 @@ def token(i: int) -> int:
     return (100 + 7919 * i) % 150_000
 
 
-def prefill_rate(model, threads: int, repeats: int = 2) -> float:
+def prefill_rate(model, repeats: int = 2) -> float:
     """Tokens per second of one PREFILL-token prefill (the best of ``repeats``, each on an
     emptied cache)."""
-    context = Context(model, 1, threads, unified=True)
+    context = Context(model, 1, unified=True)
     try:
         seconds = []
         for _ in range(repeats):
@@ -88,9 +80,9 @@ def prefill_rate(model, threads: int, repeats: int = 2) -> float:
         context.close()
 
 
-def step_seconds(model, rows: int, threads: int, unified: bool) -> float:
+def step_seconds(model, rows: int, unified: bool) -> float:
     """Minimum over STEPS of one decoding step of ``rows`` rows after CACHED tokens each."""
-    context = Context(model, rows, threads, unified)
+    context = Context(model, rows, unified)
     try:
         for row in range(rows):
             context.decode([(token(row + i), i, row, i == CACHED - 1) for i in range(CACHED)])
@@ -107,24 +99,21 @@ def main() -> None:
     result = {"cpu": lscpu(), "cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL, "models": {}}
     for name in ("default-target", "default-draft"):
         path, _ = gguf_file(name, progress=False)
-        api = llamacpp._llama()
-        parameters = api.llama_model_default_params()
-        parameters.n_gpu_layers = 0
-        model = api.llama_model_load_from_file(str(path).encode(), parameters)
+        models = {threads: llamacpp.LlamaCppModel(path, threads) for threads in (2, 1)}  # weights mapped, not copied
         figures = {}
-        for threads in (2, 1):
-            figures[f"prefill_tokens_per_second_threads{threads}"] = prefill_rate(model, threads)
+        for threads, model in models.items():
+            figures[f"prefill_tokens_per_second_threads{threads}"] = prefill_rate(model)
             print(name, threads, "threads: prefill", round(figures[f"prefill_tokens_per_second_threads{threads}"]),
                   "tokens/s", flush=True)
         for rows in (16, 32):
             for unified in (True, False):
                 key = f"step_seconds_rows{rows}_{'unified' if unified else 'streams'}"
-                figures[key] = step_seconds(model, rows, 2, unified)
+                figures[key] = step_seconds(models[2], rows, unified)
                 print(name, key, round(figures[key], 4), flush=True)
-        figures["step_seconds_rows16_unified_threads1"] = step_seconds(model, 16, 1, True)
+        figures["step_seconds_rows16_unified_threads1"] = step_seconds(models[1], 16, True)
         print(name, "rows16 unified, 1 thread", round(figures["step_seconds_rows16_unified_threads1"], 4), flush=True)
         result["models"][name] = figures
-        api.llama_model_free(model)
+        del models
     args.out.write_text(json.dumps(result, indent=1))
 
 

@@ -5,7 +5,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specbound.engine.costs import ROWS
 from specbound.studies.runner import BATCH_SIZES, PAYING_ROW_SHARE, measured_batch_size
 
 
@@ -19,10 +18,6 @@ def test_rows_that_cost_linear_time_stay_one_by_one():
 
 def test_a_flat_forward_takes_the_largest_batch():
     assert measured_batch_size(lambda size: 0.05) == max(BATCH_SIZES) == 32
-
-
-def test_the_sizes_are_those_the_cost_book_measures():
-    assert BATCH_SIZES == ROWS
 
 
 def test_the_cheapest_row_wins_not_the_largest_batch_that_pays():

@@ -161,7 +161,10 @@ class LlamaCppModel:
         value = self.metadata("tokenizer.ggml.eos_token_id")
         return [] if value is None else [int(value)]
 
-    def new_context(self, n_ctx: int, n_seq_max: int, n_batch: int):
+    def new_context(self, n_ctx: int, n_seq_max: int, n_batch: int, unified: bool = True):
+        """A llama.cpp context of this model. ``unified``: one KV store for every sequence
+        (``LlamaCppLM``'s: tree branches share their prefix's cells); False: one store of
+        n_ctx / n_seq_max cells per sequence, whose attention then spans its own cells only."""
         llama_cpp = _llama()
         parameters = llama_cpp.llama_context_default_params()
         parameters.n_ctx = n_ctx
@@ -171,7 +174,7 @@ class LlamaCppModel:
         parameters.n_outputs_max = max(n_batch, n_seq_max)  # llama.cpp reserves an output per sequence
         parameters.n_threads = self.threads
         parameters.n_threads_batch = self.threads
-        parameters.kv_unified = True  # one cell store for every sequence: branches share their prefix's cells
+        parameters.kv_unified = unified
         parameters.no_perf = True
         context = llama_cpp.llama_init_from_model(self._model, parameters)
         if not context:

@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from specbound.checks import positive_int
+from specbound.engine.costs import ROWS
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study
@@ -119,9 +120,9 @@ def batches(study: Study, units: list, batch_size: int) -> list[list]:
     return groups + ([current] if current else [])
 
 
-# every batch the cost book measures (``engine.costs.ROWS``); a unit's recorded target rows are
-# float32 until its turn (``traces.Trace.target_rows``): 32 units of 128 tokens hold ~2.5 GB
-BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+# every batch the cost book measures; a unit's recorded target rows are float32 until its turn
+# (``traces.Trace.target_rows``): 32 units of 128 tokens hold ~2.5 GB
+BATCH_SIZES = ROWS
 # A batched row pays when its share of the forward is at most this much of a forward alone. The
 # margin covers what batching does not shrink (each row's sampling and recorded rows) and the
 # noise of the measured costs; without it a saving within that noise would trade the one-row
