@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from specbound.checks import positive_int
+from specbound.engine.extra_buffers import use_extra_buffers
 from specbound.engine.lm import Entries
 from specbound.models.precisions import AS_LOADED
 
@@ -119,6 +120,7 @@ class LlamaCppModel:
         self.threads = positive_int("threads", threads or os.cpu_count() or 1)
         parameters = llama_cpp.llama_model_default_params()
         parameters.n_gpu_layers = 0
+        parameters.use_extra_bufts = use_extra_buffers()  # not where this build's AMX kernels fail
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), parameters)
         if not self._model:
             raise ValueError(f"model: llama.cpp could not load {str(self.path)!r}")
