@@ -19,7 +19,8 @@ a question with its four choices, ending in "Answer:". No package on the registr
 ships Alpaca, CNN/DailyMail or WMT'14 under a licence we can use: the authored sets stay
 for those kinds of task. Nor GSM8K's test questions, as far as checked (2026-12-02): the
 ``evals`` wheel's registry has none, and no distribution named ``gsm8k``, ``gsm8k-data`` or
-``grade-school-math`` exists there.
+``grade-school-math`` exists there; ``aviary-gsm8k`` 0.37.0, the one distribution named for it
+(checked 2026-12-06), ships an environment's code and no questions.
 
 A user file is JSONL (``.jsonl`` or ``.jsonl.gz``) with a string ``prompt`` field on every
 line (and optionally ``id`` or ``task_id``), or plain text with one prompt per line.

@@ -110,3 +110,14 @@ def test_the_cpu_backend_names_its_extra_buffer_types():
     names = extra_buffers.cpu_extra_buffer_types()
     assert all(isinstance(name, str) and name for name in names)
     assert len(set(names)) == len(names)
+
+
+def test_the_cost_book_keeps_each_kernel_choice_apart(probe_model):
+    from specbound.engine.costs import cost_key
+
+    model = llamacpp.LlamaCppModel(probe_model, threads=1)
+    keys = set()
+    for extra in (True, False):
+        model.extra_buffers = extra
+        keys.add(cost_key(model, "as-loaded"))
+    assert len(keys) == 2

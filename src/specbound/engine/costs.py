@@ -128,14 +128,15 @@ def language_model(model):
 
 def cost_key(model, precision: str, device="cpu") -> str:
     """The cost book's key of ``model`` at ``precision``: the machine and the backend
-    (llama.cpp's version and threads, or torch's: ``machine_key``) and the model (its file,
+    (llama.cpp's version, kernels and threads, or torch's: ``machine_key``) and the model (its file,
     or ``model_fingerprint``)."""
     from specbound.engine.llamacpp import LlamaCppModel, llama_cpp_version
 
     if isinstance(model, LlamaCppModel):
         hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
-        return (f"{hardware} | llama.cpp {llama_cpp_version()} | {model.threads} threads | {model.fingerprint} | "
-                f"{precision}")
+        kernels = "" if model.extra_buffers else " without extra buffers"
+        return (f"{hardware} | llama.cpp {llama_cpp_version()}{kernels} | {model.threads} threads | "
+                f"{model.fingerprint} | {precision}")
     return f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
 
 

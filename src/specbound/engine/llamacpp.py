@@ -110,7 +110,9 @@ except (ImportError, OSError):
 
 class LlamaCppModel:
     """A GGUF file loaded by llama.cpp (weights memory-mapped), from which ``LlamaCppLM``
-    contexts are made. ``threads``: CPU threads of every forward (default: all cores)."""
+    contexts are made. ``threads``: CPU threads of every forward (default: all cores).
+    ``extra_buffers``: whether llama.cpp may re-lay the weights in its extra buffer types
+    (AMX, repacked layouts), False where this build's AMX kernels fail (``extra_buffers``)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None, fingerprint: str | None = None):
         llama_cpp = _llama()
@@ -120,7 +122,8 @@ class LlamaCppModel:
         self.threads = positive_int("threads", threads or os.cpu_count() or 1)
         parameters = llama_cpp.llama_model_default_params()
         parameters.n_gpu_layers = 0
-        parameters.use_extra_bufts = use_extra_buffers()  # not where this build's AMX kernels fail
+        self.extra_buffers = use_extra_buffers()  # not where this build's AMX kernels fail
+        parameters.use_extra_bufts = self.extra_buffers
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), parameters)
         if not self._model:
             raise ValueError(f"model: llama.cpp could not load {str(self.path)!r}")
