@@ -15,7 +15,8 @@ them can make a unit cheaper than they are. Measured here, each the minimum over
   on worker processes) with generation on a 2-core machine (it can only where one thread
   does more than half the work of two).
 
-Writes JSON with the processor (``lscpu``'s model and flags).
+Writes JSON with the processor (``lscpu``'s model and flags) and the llama.cpp build: its
+library, its extra buffer types and whether they were used (``engine.extra_buffers``).
 
     python benchmarks/bench_study_forwards.py --out results/study_hu2025/forwards_avx2.json
 """
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from bench_forward_rows import lscpu
 from specbound.engine import llamacpp
+from specbound.engine.extra_buffers import cpu_extra_buffer_types, use_extra_buffers
 from specbound.models.loading import gguf_file
 
 CACHED = 250  # tokens per row before the timed steps: an MMLU prompt and part of its answer
@@ -96,7 +98,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    result = {"cpu": lscpu(), "cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL, "models": {}}
+    result = {"cpu": lscpu(), "cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL,
+              "llama_cpp": {"version": llamacpp.llama_cpp_version(), "library": llamacpp._llama().__file__,
+                            "extra_buffer_types": cpu_extra_buffer_types(), "extra_buffers": use_extra_buffers()},
+              "models": {}}
     for name in ("default-target", "default-draft"):
         path, _ = gguf_file(name, progress=False)
         models = {threads: llamacpp.LlamaCppModel(path, threads) for threads in (2, 1)}  # weights mapped, not copied

@@ -8,7 +8,9 @@ declares that instruction's 64-byte operand as an 8-byte one, so the compiler dr
 stores of the tile shapes as dead and the first tile instruction faults: a llama-cpp-python
 built by that compiler on an AMX machine dies by SIGILL on the first forward of two or more
 tokens (seen on an Intel Xeon with amx_int8 under Debian 12's GCC 12.2.0; the 1-token
-forward takes a VNNI path and survives).
+forward takes a VNNI path and survives). The same source built there by clang 16 configures
+its tiles and passes the probe; clang 14 builds no AMX kernels at all (it spells the feature
+macro ggml tests for differently).
 
 A crash cannot be caught in the process that runs it, so the verdict comes from a child
 process: it writes a tiny model whose matrices AMX takes (Q8_0 and Q4_0, widths a multiple
@@ -106,10 +108,11 @@ def use_extra_buffers(cache_dir=None) -> bool:
         return True
     verdict = probe_verdict(cache_dir)
     if not verdict["works"]:
+        version = _libraries()[0].__version__
         print(f"specbound: llama.cpp's {PROBED_TYPE} kernels fail in this build of llama-cpp-python "
-              f"({verdict['detail']}); its models load without extra buffer types. Rebuilt by clang or a GCC "
-              "newer than 12.2 (CC=clang CXX=clang++ pip install --force-reinstall --no-cache-dir "
-              "llama-cpp-python==<its version>) they run on AMX.", file=sys.stderr)
+              f"({verdict['detail']}); its models load without extra buffer types. Built by clang 16, "
+              "they run on AMX: CC=clang-16 CXX=clang++-16 pip install --force-reinstall --no-deps --no-cache-dir "
+              f"llama-cpp-python=={version}", file=sys.stderr)
     return verdict["works"]
 
 
