@@ -26,7 +26,6 @@ import ctypes
 import functools
 import hashlib
 import json
-import os
 import platform
 import signal
 import subprocess
@@ -55,11 +54,15 @@ def _libraries():
 
 def cpu_extra_buffer_types() -> list[str]:
     """The names of the extra weight buffer types llama.cpp's CPU backend offers here
-    (e.g. ``AMX``, ``CPU_REPACK``), read through ggml's device API."""
+    (e.g. ``AMX``, ``CPU_REPACK``), read through ggml's device API; none where its libraries
+    are not the Linux ones this reads (AMX is probed on Linux only)."""
     llama_cpp, folder = _libraries()
     llama_cpp.llama_backend_init()
-    ggml = ctypes.CDLL(str(folder / "libggml.so"))
-    base = ctypes.CDLL(str(folder / "libggml-base.so"))
+    try:
+        ggml = ctypes.CDLL(str(folder / "libggml.so"))
+        base = ctypes.CDLL(str(folder / "libggml-base.so"))
+    except OSError:
+        return []
     ggml.ggml_backend_dev_by_type.restype = ctypes.c_void_p
     ggml.ggml_backend_dev_by_type.argtypes = [ctypes.c_int]
     ggml.ggml_backend_dev_backend_reg.restype = ctypes.c_void_p
