@@ -105,10 +105,17 @@ def test_a_failing_verdict_loads_without_extra_buffers_and_says_why(monkeypatch,
     assert "AMX" in message and "(why)" in message
 
 
-def test_the_cpu_backend_names_its_extra_buffer_types():
+def test_the_cpu_backend_names_the_extra_buffer_types_its_build_reports():
+    """The names read through ggml's device API agree with llama.cpp's own system line: the
+    repacked layouts where the build has them, AMX only where it was compiled in."""
+    import llama_cpp
+
+    system = llama_cpp.llama_print_system_info().decode()
     names = extra_buffers.cpu_extra_buffer_types()
-    assert all(isinstance(name, str) and name for name in names)
     assert len(set(names)) == len(names)
+    assert ("CPU_REPACK" in names) == ("REPACK = 1" in system)
+    if "AMX" in names:
+        assert "AMX_INT8 = 1" in system
 
 
 def test_the_cost_book_keeps_each_kernel_choice_apart(probe_model):

@@ -22,7 +22,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 import torch
 
 from specbound.engine.lm import PREFILL_CHUNK, CausalLM, Entries
+from specbound.engine.machine import cpu_description
 
 ROWS = (1, 2, 4, 8, 16, 32)
 CONTEXT = 200
@@ -154,21 +154,6 @@ def machine_key(device: torch.device | str = "cpu") -> str:
     else:
         hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
     return f"{hardware} | torch {torch.__version__} | {torch.get_num_threads()} threads"
-
-
-def cpu_description() -> dict:
-    """The processor's model name and flags, from /proc/cpuinfo (what ``lscpu`` prints)."""
-    description = {"model": platform.processor() or platform.machine(), "flags": ""}
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return description
-    for line in lines:
-        key, _, value = line.partition(":")
-        field = {"model name": "model", "flags": "flags"}.get(key.strip())
-        if field and not description.get(f"_{field}"):
-            description[field], description[f"_{field}"] = value.strip(), True
-    return {"model": description["model"], "flags": description["flags"]}
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:

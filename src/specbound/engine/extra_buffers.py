@@ -26,7 +26,6 @@ import ctypes
 import functools
 import hashlib
 import json
-import platform
 import signal
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from specbound.engine.machine import cpu_description, file_fingerprint
 
 PROBED_TYPE = "AMX"  # the extra buffer type whose build is tried before use
 PROBE_TOKENS = 32  # a forward of this many tokens takes AMX's tile path (one token takes VNNI's)
@@ -87,18 +88,11 @@ def cpu_extra_buffer_types() -> list[str]:
 
 
 def build_key() -> str:
-    """This llama.cpp build on this CPU: the CPU library's path, size and time, the CPU's
-    model and flags."""
+    """This llama.cpp build on this CPU: the CPU library's identity (``file_fingerprint``),
+    the CPU's model and flags."""
     _, folder = _libraries()
-    library = (folder / "libggml-cpu.so").resolve()
-    status = library.stat()
-    cpu = ""
-    try:
-        cpu = "".join(line for line in Path("/proc/cpuinfo").read_text().splitlines(keepends=True)
-                      if line.startswith(("model name", "flags")))[:4096]
-    except OSError:
-        cpu = platform.processor()
-    text = f"{library}:{status.st_size}:{status.st_mtime_ns}:{cpu}"
+    cpu = cpu_description()
+    text = f"{file_fingerprint(folder / 'libggml-cpu.so')}:{cpu['model']}:{cpu['flags']}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

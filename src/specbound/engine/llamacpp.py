@@ -37,7 +37,6 @@ solo runs only where the forward is invariant.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import threading
 import time
@@ -51,6 +50,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine.extra_buffers import use_extra_buffers
 from specbound.engine.lm import Entries
+from specbound.engine.machine import file_fingerprint
 from specbound.models.precisions import AS_LOADED
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
@@ -134,7 +134,7 @@ class LlamaCppModel:
         llama_cpp.llama_model_desc(self._model, buffer, len(buffer))
         self.description = buffer.value.decode(errors="replace")
         self.size_bytes = int(llama_cpp.llama_model_size(self._model))
-        self.fingerprint = fingerprint or _file_fingerprint(self.path)
+        self.fingerprint = fingerprint or file_fingerprint(self.path)
         self._scorer: LlamaCppLM | None = None
 
     def scorer(self) -> LlamaCppLM:
@@ -197,13 +197,6 @@ class LlamaCppModel:
             except Exception:  # interpreter shutdown
                 pass
             self._model = None
-
-
-def _file_fingerprint(path: Path) -> str:
-    """Name, size and modification time of a file: enough to tell one model file from
-    another for the cost book without reading a gigabyte."""
-    status = path.stat()
-    return hashlib.sha256(f"{path.resolve()}:{status.st_size}:{status.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 @dataclass
