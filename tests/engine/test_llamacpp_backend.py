@@ -110,6 +110,64 @@ def test_an_empty_path_rolls_back_and_rows_can_leave(target_lm):
     assert torch.allclose(rows[1], alone(target_lm, [1, 2, 1, 5]), atol=ROUNDING)
 
 
+def test_a_prefill_joins_the_prefix_another_row_holds(target_lm):
+    """Rows whose prompts start alike: a later row's prefill decodes only the tokens after
+    the longest prefix an earlier row's committed tokens share with it (never a token whose
+    logits are read), and its logits and those of entries scored after it are its prompt's
+    alone; a row that leaves keeps the cells it shares alive for the others."""
+    decoded = []
+    decode = target_lm._decode
+    target_lm._decode = lambda items: decoded.append(len(items)) or decode(items)
+    try:
+        target_lm.reset(3)
+        prompts = [[1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 0, 2, 2], [1, 2, 3, 4, 5, 1, 3]]
+        last = [target_lm.prefill(0, prompts[0])[0], target_lm.prefill(1, prompts[1])[0]]
+        every = target_lm.prefill(2, prompts[2], last=3)
+    finally:
+        target_lm._decode = decode
+    assert decoded == [6, 3, 3]  # row 1 shares 4 tokens with row 0; row 2 would share 6 but reads 3 logits
+    target_lm.select_rows([1, 2])  # row 0, the cells' first holder, leaves
+    scores = target_lm.score([Entries.chain([3]), Entries.chain([4])])
+    after = [scores.logits(0)[0], scores.logits(1)[0]]
+    target_lm.commit([[], []])
+    for prompt, logits in zip(prompts, last):
+        assert torch.allclose(logits, alone(target_lm, prompt), atol=ROUNDING)
+    assert torch.allclose(every, torch.stack([alone(target_lm, prompts[2][:end]) for end in (5, 6, 7)]), atol=ROUNDING)
+    assert torch.allclose(after[0], alone(target_lm, prompts[1] + [3]), atol=ROUNDING)
+    assert torch.allclose(after[1], alone(target_lm, prompts[2] + [4]), atol=ROUNDING)
+
+
+def test_prefill_rows_decodes_a_shared_prefix_once(gguf_models):
+    """Four prompts, three of them starting with [1, 2, 3], one of those two tokens further
+    alike, and a row committed before the call that shares [4, 2] with the fourth: one
+    forward's entries are the prompts' distinct prefixes, [1, 2, 3] once for three rows
+    (in forwards of 4 entries, each after the entries it attends to), and every row's next
+    entries score as its prompt alone."""
+    lm = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256, batch_tokens=4)
+    lm.reset(5)
+    lm.prefill(4, [4, 2, 5])
+    prompts = {0: [1, 2, 3, 4], 1: [1, 2, 3, 0, 5], 2: [1, 2, 3, 0, 5, 1], 3: [4, 2, 2]}
+    calls = []
+    decode = lm._decode
+    lm._decode = lambda items: calls.append([(token, position, sequences) for token, position, sequences, _ in items]) \
+        or decode(items)
+    try:
+        lm.prefill_rows(prompts)
+    finally:
+        lm._decode = decode
+    entries = [entry for call in calls for entry in call]
+    assert [len(call) for call in calls] == [4, 4]
+    assert entries[:3] == [(1, 0, (0, 1, 2)), (2, 1, (0, 1, 2)), (3, 2, (0, 1, 2))]
+    assert sorted((token, position) for token, position, _ in entries) == sorted(
+        [(1, 0), (2, 1), (3, 2), (4, 3), (0, 3), (5, 4), (1, 5), (2, 2)])
+    assert lm.lengths == [4, 5, 6, 3, 3]
+    scores = lm.score([Entries.chain([row]) for row in range(5)])
+    after = [scores.logits(row)[0] for row in range(5)]
+    lm.commit([[]] * 5)
+    for row, prompt in {**prompts, 4: [4, 2, 5]}.items():
+        assert torch.allclose(after[row], alone(lm, prompt + [row]), atol=ROUNDING)
+
+
 def test_only_the_entries_asked_for_have_logits(target_lm):
     target_lm.reset(1)
     scores = target_lm.score([Entries.chain([1, 2, 3])], outputs=[[2]])

@@ -88,6 +88,8 @@ class LanguageModel(Protocol):
 
     def prefill(self, row: int, token_ids) -> torch.Tensor: ...
 
+    def prefill_rows(self, prompts: dict[int, list[int]]) -> None: ...
+
     def add_row(self, cells: int | None = None) -> int: ...
 
     def score(self, entries: list[Entries], *, outputs: list[range] | None = None) -> ForwardScores: ...
@@ -565,16 +567,15 @@ class Batch:
             if not self.active:
                 cells = sum(sequence.cells(self.method) for sequence in joining)
                 target.reset(len(joining), cells)
-                for row, sequence in enumerate(joining):
-                    if len(sequence.prompt) > 1:
-                        target.prefill(row, sequence.prompt[:-1])
+                target.prefill_rows({row: sequence.prompt[:-1] for row, sequence in enumerate(joining)
+                                     if len(sequence.prompt) > 1})
                 if self._drafts:
                     drafter.reset([sequence.prompt for sequence in joining], cells)
             else:
-                for sequence in joining:
+                for sequence in joining:  # one at a time: each row's cells counted before the next is added
                     row = target.add_row(sequence.cells(self.method))
                     if len(sequence.prompt) > 1:
-                        target.prefill(row, sequence.prompt[:-1])
+                        target.prefill_rows({row: sequence.prompt[:-1]})
                     for lm in drafter.language_models if self._drafts else []:
                         lm.add_row(sequence.cells(self.method))  # prefilled when first drafted for
         self.active += joining

@@ -22,6 +22,11 @@ membership only, no keys or values are copied).
 outputs, so ``score`` takes, per row, the entries whose logits will be read (None: all) and
 ``LlamaScores`` holds exactly those rows.
 
+**Shared prompt prefixes.** A row's prefill joins the cells of the longest prefix another
+row of the batch already committed (the same ``llama_memory_seq_cp``) and decodes only the
+rest: prompts that start with one chat template's system turn compute it once per batch.
+The shared cells were computed in the other row's forward and round as it did (below).
+
 **Rollback.** ``commit`` moves the kept path's cells into the row's main sequence and removes
 every branch sequence; a cell that belongs to no sequence is free again.
 
@@ -331,27 +336,84 @@ class LlamaCppLM:
     def prefill(self, row: int, token_ids, last_only: bool = True, last: int | None = None) -> torch.Tensor:
         """Commit ``token_ids`` as the whole prefix of the empty row ``row``; return the
         next-token logits of the last token (all tokens with ``last_only=False``, the last
-        ``last`` when given).  # -> [1 | n | last, vocab] float32"""
+        ``last`` when given). The longest prefix it shares with another row's committed
+        tokens (a chat template's system turn, say), up to the first token whose logits are
+        read, joins that row's cells (``llama_memory_seq_cp``: membership, no copy) instead
+        of being computed again; the rest is decoded.  # -> [1 | n | last, vocab] float32"""
         state = self._rows[row]
         if state.committed or state.pending:
             raise ValueError(f"prefill: row {row} is not empty")
         tokens = self._checked_tokens(token_ids)
         count = len(tokens)
-        first_read = count - (last if last is not None else 1 if last_only else count)
-        wanted = set(range(max(0, first_read), count))
+        first_read = max(0, count - (last if last is not None else 1 if last_only else count))
         self._room_for(count)
+        source, shared = self._longest_shared_prefix(tokens, first_read)
+        if shared:
+            self._llama.llama_memory_seq_cp(self._memory, source, state.sequence, 0, shared)
         started = time.perf_counter()
         pieces = []
-        for start in range(0, count, self._batch_tokens):
+        for start in range(shared, count, self._batch_tokens):
             chunk = range(start, min(count, start + self._batch_tokens))
-            items = [(tokens[i], i, (state.sequence,), i in wanted) for i in chunk]
+            items = [(tokens[i], i, (state.sequence,), i >= first_read) for i in chunk]
             pieces.append(self._decode(items))
-            if self.prefill_progress is not None and count > self._batch_tokens:
+            if self.prefill_progress is not None and count - shared > self._batch_tokens:
                 self.prefill_progress(chunk.stop, count)
         self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
         state.committed = tokens
         return torch.cat([piece for piece in pieces if piece.shape[0]])
+
+    def prefill_rows(self, prompts: dict[int, list[int]]) -> None:
+        """Commit each prompt of ``prompts`` (row -> tokens) as the whole prefix of its empty
+        row; no logits (the decoder feeds a prompt's last token with its first tree). A
+        prefix the prompts share is decoded once: each token of it is one entry of the
+        forward, a member of the sequences of every row whose prompt starts with it (a
+        llama.cpp batch entry may belong to several sequences); a row's prefix that a row
+        outside the call has committed joins that row's cells (``prefill``). The entries go
+        in forwards of up to ``batch_tokens``, several rows to a forward, every entry after
+        the entries it attends to."""
+        tokens_of = {row: self._checked_tokens(tokens) for row, tokens in prompts.items()}
+        for row in tokens_of:
+            if self._rows[row].committed or self._rows[row].pending:
+                raise ValueError(f"prefill_rows: row {row} is not empty")
+        self._room_for(sum(len(tokens) for tokens in tokens_of.values()))
+        items, index_of = [], {}  # [token, position, sequences]; (the entry before, token) -> its index
+        for row, tokens in tokens_of.items():
+            sequence = self._rows[row].sequence
+            source, shared = self._longest_shared_prefix(tokens, len(tokens))
+            if shared:
+                self._llama.llama_memory_seq_cp(self._memory, source, sequence, 0, shared)
+            before = ("joined", source, shared)
+            for position in range(shared, len(tokens)):
+                key = (before, tokens[position])
+                if key not in index_of:
+                    index_of[key] = len(items)
+                    items.append((tokens[position], position, []))
+                items[index_of[key]][2].append(sequence)
+                before = index_of[key]
+        started = time.perf_counter()
+        for start in range(0, len(items), self._batch_tokens):
+            chunk = items[start: start + self._batch_tokens]
+            self._decode([(token, position, tuple(sequences), False) for token, position, sequences in chunk])
+            if self.prefill_progress is not None and len(items) > self._batch_tokens:
+                self.prefill_progress(start + len(chunk), len(items))
+        self.model_seconds += time.perf_counter() - started
+        self.forward_calls += 1
+        for row, tokens in tokens_of.items():
+            self._rows[row].committed = tokens
+
+    def _longest_shared_prefix(self, tokens: list[int], limit: int) -> tuple[int, int]:
+        """(main sequence, length) of the row whose committed tokens share the longest prefix
+        with ``tokens``, at most ``limit`` long; (−1, 0) where none shares a token."""
+        best = (-1, 0)
+        for state in self._rows:
+            committed = state.committed
+            length, most = 0, min(limit, len(committed))
+            while length < most and committed[length] == tokens[length]:
+                length += 1
+            if length > best[1]:
+                best = (state.sequence, length)
+        return best
 
     def score(self, entries: list[Entries], variant: str = AS_LOADED, outputs=None) -> LlamaScores:
         """One forward over every row's new entries (``entries[b]`` for row b); they stay

@@ -226,6 +226,12 @@ class CausalLM:
         return scores.logits(0, [len(tokens) - 1] if last_only else None)
 
     # -- the batched interface ----------------------------------------------------------------
+    def prefill_rows(self, prompts: dict[int, list[int]]) -> None:
+        """Commit each prompt of ``prompts`` (row -> tokens) as the whole prefix of its empty
+        row (``prefill``, one row after the other); no logits."""
+        for row, tokens in prompts.items():
+            self.prefill(row, tokens)
+
     def prefill(self, row: int, token_ids, last_only: bool = True) -> torch.Tensor:
         """Commit ``token_ids`` as the whole prefix of the empty row ``row`` (scored alone, by
         the twin when the prompt is long enough, in chunks of ``prefill_chunk`` tokens: module
