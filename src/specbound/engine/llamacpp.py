@@ -340,27 +340,10 @@ class LlamaCppLM:
         tokens (a chat template's system turn, say), up to the first token whose logits are
         read, joins that row's cells (``llama_memory_seq_cp``: membership, no copy) instead
         of being computed again; the rest is decoded.  # -> [1 | n | last, vocab] float32"""
-        state = self._rows[row]
-        if state.committed or state.pending:
-            raise ValueError(f"prefill: row {row} is not empty")
         tokens = self._checked_tokens(token_ids)
         count = len(tokens)
         first_read = max(0, count - (last if last is not None else 1 if last_only else count))
-        self._room_for(count)
-        source, shared = self._longest_shared_prefix(tokens, first_read)
-        if shared:
-            self._llama.llama_memory_seq_cp(self._memory, source, state.sequence, 0, shared)
-        started = time.perf_counter()
-        pieces = []
-        for start in range(shared, count, self._batch_tokens):
-            chunk = range(start, min(count, start + self._batch_tokens))
-            items = [(tokens[i], i, (state.sequence,), i >= first_read) for i in chunk]
-            pieces.append(self._decode(items))
-            if self.prefill_progress is not None and count - shared > self._batch_tokens:
-                self.prefill_progress(chunk.stop, count)
-        self.model_seconds += time.perf_counter() - started
-        self.forward_calls += 1
-        state.committed = tokens
+        pieces = self._commit_prompts({row: tokens}, first_read)
         return torch.cat([piece for piece in pieces if piece.shape[0]])
 
     def prefill_rows(self, prompts: dict[int, list[int]]) -> None:
@@ -372,15 +355,20 @@ class LlamaCppLM:
         outside the call has committed joins that row's cells (``prefill``). The entries go
         in forwards of up to ``batch_tokens``, several rows to a forward, every entry after
         the entries it attends to."""
-        tokens_of = {row: self._checked_tokens(tokens) for row, tokens in prompts.items()}
+        self._commit_prompts({row: self._checked_tokens(tokens) for row, tokens in prompts.items()})
+
+    def _commit_prompts(self, tokens_of: dict[int, list[int]], first_read: int | None = None) -> list[torch.Tensor]:
+        """``prefill_rows`` of checked prompts; with ``first_read`` (one prompt) the logits of
+        its tokens from that place on, which no joined prefix reaches. # -> [[outputs, vocab]]"""
         for row in tokens_of:
             if self._rows[row].committed or self._rows[row].pending:
-                raise ValueError(f"prefill_rows: row {row} is not empty")
+                raise ValueError(f"prefill: row {row} is not empty")
         self._room_for(sum(len(tokens) for tokens in tokens_of.values()))
-        items, index_of = [], {}  # [token, position, sequences]; (the entry before, token) -> its index
+        items, index_of = [], {}  # [token, position, sequences, read]; (the entry before, token) -> its index
         for row, tokens in tokens_of.items():
             sequence = self._rows[row].sequence
-            source, shared = self._longest_shared_prefix(tokens, len(tokens))
+            reads_from = len(tokens) if first_read is None else first_read
+            source, shared = self._longest_shared_prefix(tokens, reads_from)
             if shared:
                 self._llama.llama_memory_seq_cp(self._memory, source, sequence, 0, shared)
             before = ("joined", source, shared)
@@ -388,19 +376,22 @@ class LlamaCppLM:
                 key = (before, tokens[position])
                 if key not in index_of:
                     index_of[key] = len(items)
-                    items.append((tokens[position], position, []))
+                    items.append((tokens[position], position, [], position >= reads_from))
                 items[index_of[key]][2].append(sequence)
                 before = index_of[key]
         started = time.perf_counter()
+        pieces = []
         for start in range(0, len(items), self._batch_tokens):
             chunk = items[start: start + self._batch_tokens]
-            self._decode([(token, position, tuple(sequences), False) for token, position, sequences in chunk])
+            pieces.append(self._decode([(token, position, tuple(sequences), read)
+                                        for token, position, sequences, read in chunk]))
             if self.prefill_progress is not None and len(items) > self._batch_tokens:
                 self.prefill_progress(start + len(chunk), len(items))
         self.model_seconds += time.perf_counter() - started
         self.forward_calls += 1
         for row, tokens in tokens_of.items():
             self._rows[row].committed = tokens
+        return pieces
 
     def _longest_shared_prefix(self, tokens: list[int], limit: int) -> tuple[int, int]:
         """(main sequence, length) of the row whose committed tokens share the longest prefix
