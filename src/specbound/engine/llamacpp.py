@@ -22,10 +22,12 @@ membership only, no keys or values are copied).
 outputs, so ``score`` takes, per row, the entries whose logits will be read (None: all) and
 ``LlamaScores`` holds exactly those rows.
 
-**Shared prompt prefixes.** A row's prefill joins the cells of the longest prefix another
-row of the batch already committed (the same ``llama_memory_seq_cp``) and decodes only the
-rest: prompts that start with one chat template's system turn compute it once per batch.
-The shared cells were computed in the other row's forward and round as it did (below).
+**Shared prompt prefixes.** A batch's prompts (``prefill_rows``) decode a prefix they share
+once, as batch entries that belong to the sequence of every row starting with it (a llama.cpp
+batch entry may belong to several sequences), and go several rows to a forward; a prompt also
+joins the cells of the longest prefix a row outside the call has committed (the same
+``llama_memory_seq_cp``). So prompts that start with one chat template's system turn compute it
+once per batch. Shared cells were computed in one forward and round as it did (below).
 
 **Rollback.** ``commit`` moves the kept path's cells into the row's main sequence and removes
 every branch sequence; a cell that belongs to no sequence is free again.
@@ -388,7 +390,8 @@ class LlamaCppLM:
             if self.prefill_progress is not None and len(items) > self._batch_tokens:
                 self.prefill_progress(start + len(chunk), len(items))
         self.model_seconds += time.perf_counter() - started
-        self.forward_calls += 1
+        if items:  # none where every prompt joined a committed prefix whole
+            self.forward_calls += 1
         for row, tokens in tokens_of.items():
             self._rows[row].committed = tokens
         return pieces
