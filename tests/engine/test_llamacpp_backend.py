@@ -138,11 +138,11 @@ def test_a_prefill_joins_the_prefix_another_row_holds(target_lm):
 
 
 def test_prefill_rows_decodes_a_shared_prefix_once(gguf_models):
-    """Four prompts, three of them starting with [1, 2, 3], one of those two tokens further
-    alike, and a row committed before the call that shares [4, 2] with the fourth: one
-    forward's entries are the prompts' distinct prefixes, [1, 2, 3] once for three rows
-    (in forwards of 4 entries, each after the entries it attends to), and every row's next
-    entries score as its prompt alone."""
+    """Four prompts, three of them starting with [1, 2, 3] (two of those alike for two tokens
+    more), and a row committed before the call that shares [4, 2] with the fourth: the
+    entries decoded are the prompts' distinct prefixes, [1, 2, 3] once for three rows, in
+    forwards of 4 entries, each after the entries it attends to (else its row would not
+    score as its prompt alone, checked last for every row)."""
     lm = llamacpp.LlamaCppLM(gguf_models[0], context_cells=256, batch_tokens=4)
     lm.reset(5)
     lm.prefill(4, [4, 2, 5])
