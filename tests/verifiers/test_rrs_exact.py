@@ -155,8 +155,11 @@ def test_from_one_bin_a_side_every_pass_holds_the_exact_value(rng):
     assert several >= 20
 
 
-def test_bf16_probabilities_are_exact_at_a_real_vocabulary_size():
-    """A bf16 model's softmax has few distinct values: the bracket closes at once."""
+def test_bf16_probabilities_close_in_one_coarse_pass_and_a_bin_per_value_is_exact(monkeypatch):
+    """A bf16 model's softmax has few distinct values (1,830 x1 and 2,052 draft values
+    here): more than a bin-per-value first pass takes (``FIRST_BIN_COUNT``), so the coarse
+    pass brackets it, within the tolerance at once; a bin per value (``FIRST_BIN_COUNT``
+    raised above them) is exact and inside that bracket."""
     generator = torch.Generator().manual_seed(0)
     shared = 3 * torch.randn(20_000, generator=generator)
     target, draft = (
@@ -165,9 +168,16 @@ def test_bf16_probabilities_are_exact_at_a_real_vocabulary_size():
         .numpy()
         for _ in range(2)
     )
-    low, high = three_draft_bounds(target / target.sum(), draft / draft.sum())
-    assert low == high
-    assert 0.0 < low < 1.0
+    target, draft = target / target.sum(), draft / draft.sum()
+    passes = _record_passes(monkeypatch)
+    low, high = three_draft_bounds(target, draft)
+    assert len(passes) == 1 and max(passes[0]) <= rrs_acceptance.COARSE_BIN_COUNT
+    assert 0.0 < high - low <= 2e-10
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 4096)
+    exact, also_exact = three_draft_bounds(target, draft)
+    assert exact == also_exact
+    assert low - 1e-13 <= exact <= high + 1e-13
+    assert 0.0 < exact < 1.0
 
 
 def test_large_exact_recursion_is_refused():
@@ -249,11 +259,12 @@ def _record_passes(monkeypatch):
     return passes
 
 
-def test_bins_of_equal_mass_times_gap_close_the_bracket_far_below_a_bin_per_value():
+def test_bins_of_equal_mass_times_gap_close_the_bracket_far_below_a_bin_per_value(monkeypatch):
     """3000 distinct draft values, 1308 of them above the target: bins of equal Σ √(mass·gap)
     below the largest values (one bin each) close the bracket at 32 bins a side, where the
     equal runs of values before them needed the 1308 x1 values exactly and 512 x2 bins."""
     target, draft = _zipf_like_row(np.random.default_rng(7), 3000)
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 4096)
     exact_low, exact_high = three_draft_bounds(target, draft)  # one exact pass: 3000 values fit
     assert exact_low == exact_high
     levels = rrs_acceptance._ThreeLevels.of(target, draft)
@@ -286,6 +297,7 @@ def test_a_row_of_more_values_than_one_pass_holds_starts_coarse_and_one_that_fit
     s = 1/(1 − q(x1))), with a margin, and no others."""
     target, draft = _zipf_like_row(np.random.default_rng(7), 3000)
     passes = _record_passes(monkeypatch)
+    monkeypatch.setattr(rrs_acceptance, "FIRST_BIN_COUNT", 4096)
     exact_low, exact_high = three_draft_bounds(target, draft)  # 3000 values fit one pass of 4096 bins
     ratio = np.maximum(target - draft, 0.0) / np.maximum(draft - target, 0.0).sum() / draft
     largest_scale = 1.0 / (1.0 - draft[draft > target].max())

@@ -22,10 +22,10 @@ Cost: n ≤ 2 is O(V log V). n = 3 sums over pairs (x1, x2); ``three_draft_bound
 groups both by draft probability into bins of values, exact where a bin holds one value
 and bracketed by monotone and interval bounds where it holds a range, costing
 O(V log V + B1·B2) for B1 × B2 bins: one exact pass where both sides have at most
-``FIRST_BIN_COUNT`` distinct values (a bf16 model's softmax: a few thousand), else a
-certified bracket refined until it is within a tolerance (llama.cpp's float32 rows: ~10^5
-distinct values, closed by 256 bins a side and, where that is not enough, a few hundred
-finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
+``FIRST_BIN_COUNT`` distinct values (at most 512², a few coarse passes' pairs), else a
+certified bracket refined until it is within a tolerance (a bf16 model's softmax: a few
+thousand distinct values; llama.cpp's float32 rows: up to ~10^5, closed by 256 bins a side
+and, where that is not enough, a few hundred finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
 
 The row's passes, its two sorts (a radix sort on the floats' bits, ``probability.ascending_order``) and
 the bracket passes are compiled loops (``specbound.compiled``); sums over the vocabulary are
@@ -67,7 +67,8 @@ SECONDS_PER_GROUP_BIN = 1.5e-8  # a pair of bins of a bracket pass
 SECONDS_PER_PASS_TOKEN = 1e-8  # a bracket pass, per token of the row
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 SECONDS_PER_ROW_TOKEN = 1e-7  # a row's sorts and curve, before any pass
-FIRST_BIN_COUNT = 4096  # one exact pass for rows of at most this many values on both sides
+FIRST_BIN_COUNT = 512  # one exact pass for rows of at most this many values on both sides (above, a pass of
+# a bin per value costs more than the coarse one and its refinements: 0.2 s against 2 ms at 3,800 values a side)
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
@@ -394,8 +395,7 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     x2 values, exactly where each bin holds one value. The x2 side holds only the tokens
     that can weigh: w2 = 0 where r(x2) ≥ s, and every s is below a bound taken from the
     largest x1 value (``_three_level_arrays``). A row of at most
-    ``FIRST_BIN_COUNT`` distinct values on both sides (a bf16 model's softmax) gets one
-    exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side, then brackets
+    ``FIRST_BIN_COUNT`` distinct values on both sides gets one exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side, then brackets
     again only its widest x1 bins, finer and over more x2 bins (``_Bins.refined``,
     ``_widest``), until the bracket is within ``tolerance`` or the work limit is reached.
 
