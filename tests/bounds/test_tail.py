@@ -13,9 +13,10 @@ from specbound.bounds.tail import cut_tail, cut_tails, scan_guesses, tail_factor
 
 
 def reference_cut(target, draft, budget, num_drafts):
-    """The cut for one n by its definition, token by token: drop the octaves of
-    max(p, q) from the smallest while δp + δq·Σ_{i<n} 1/(1 − S_i) stays within the budget,
-    never the n largest draft tokens (ties to the lower id) or the largest target token."""
+    """The cut for one n by its definition, token by token: drop the levels of max(p, q) —
+    16 a binade, [2^e(1 + j/16), 2^e(1 + (j + 1)/16)), the subnormals 16 below them — from
+    the smallest while δp + δq·Σ_{i<n} 1/(1 − S_i) stays within the budget, never the n
+    largest draft tokens (ties to the lower id) or the largest target token."""
     likely = np.maximum(target, draft)
     keep = likely > 0
     largest = sorted(range(draft.size), key=lambda token: (-draft[token], token))[:num_drafts]
@@ -24,11 +25,18 @@ def reference_cut(target, draft, budget, num_drafts):
     droppable = keep & (likely <= budget)
     droppable[largest] = False
     droppable[np.argmax(target)] = False
-    octave = np.where(droppable, np.floor(np.log2(np.where(droppable, likely, 1.0))), np.inf)
+    level = np.full(draft.size, np.inf)
+    for token in np.flatnonzero(droppable):
+        if likely[token] < 2.0**-1022:  # subnormal: sixteenths of [0, 2^-1022), below every binade
+            level[token] = np.floor(np.ldexp(likely[token], 1026))
+        else:
+            mantissa, exponent = np.frexp(likely[token])  # mantissa·2^exponent, mantissa in [1/2, 1)
+            level[token] = 16 * (exponent + 1022) + np.floor((2 * mantissa - 1) * 16)
     dropped = np.zeros(draft.size, dtype=bool)
-    for level in np.unique(octave[droppable]):
-        trial = dropped | (octave == level)
-        if target[trial].sum() + factor * draft[trial].sum() > budget:
+    for lowest in np.unique(level[droppable]):
+        trial = dropped | (level == lowest)
+        draft_moved = factor * draft[trial].sum() if draft[trial].any() else 0.0  # no q dropped: no move, even at factor ∞
+        if target[trial].sum() + draft_moved > budget:
             break
         dropped = trial
     kept = keep & ~dropped
@@ -107,8 +115,8 @@ def test_cut_tails_keeps_the_reference_cut_on_edge_cases(pair, budget, flat):
 
 @pytest.mark.parametrize("budget", [2.0**-14, 3 * 2.0**-16, 1e-4, 2.0**-9])
 def test_cut_tails_keeps_the_reference_cut_where_masses_are_powers_of_two(rng, budget):
-    """Masses 2^-k lie on an octave's lower edge, where the cut's threshold falls: the cut
-    keeps the octave it does not drop whole, as the reference does."""
+    """Masses 2^-k lie on a level's lower edge, where the cut's threshold falls: the cut
+    keeps the level it does not drop whole, as the reference does."""
     masses = np.concatenate([2.0 ** -np.arange(1, 25), [2.0**-24]])  # sums to 1 exactly
     for _ in range(5):
         target, draft = rng.permutation(masses), rng.permutation(masses)

@@ -27,6 +27,9 @@ from specbound.bounds.subset import restricted_order, scan_order
 from specbound.compiled import compiled
 from specbound.probability import top_tokens
 
+LEVEL_SHIFT = 48  # a level is a 16th of an octave: the exponent and the mantissa's 4 leading bits
+INFINITY_BITS = 0x7FF0 << LEVEL_SHIFT
+
 
 @dataclass(frozen=True)
 class TailCut:
@@ -70,10 +73,11 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     """The cut of one row pair for every n of ``counts``: drop the least likely tokens while
     B = δp + δq·tail_factor(n) ≤ ``budget``; renormalise.
 
-    Tokens are dropped by octaves of max(p, q) (all below 2^k for the largest k that fits
-    the budget; the octave is the float's exponent field), which costs O(vocab) instead of a
-    sort: one pass sums the octaves' masses for every n (``octave_masses``), one pass per n
-    collects the tokens its cut keeps (``kept_tokens``). The n largest draft tokens and the
+    Tokens are dropped by levels of max(p, q), a 16th of an octave each (all below the
+    highest level edge that fits the budget; the level is the float's exponent and leading
+    mantissa bits, ``level_of``), which costs O(vocab) instead of a sort: one pass sums the
+    levels' masses for every n (``level_masses``), one pass per n collects the tokens its
+    cut keeps (``kept_tokens``). The n largest draft tokens and the
     largest target token are never dropped.
     # [vocab], [vocab] -> {n: TailCut}"""
     if budget <= 0:
@@ -87,19 +91,19 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     draft = np.ascontiguousarray(draft, dtype=np.float64)
     protected = np.concatenate([[np.argmax(target)], largest]).astype(np.int64)
     budget = float(budget)
-    target_mass, draft_mass = octave_masses(target, draft, budget, _segment_ends(protected, draft.size))
+    target_mass, draft_mass = level_masses(target, draft, budget, _segment_ends(protected, draft.size))
     cuts = {}
     for count in counts:
         extra = np.array([token for token in largest[count:] if 0 < max(target[token], draft[token]) <= budget
                           and token != protected[0]], dtype=np.int64)  # the draft tokens free at n only
-        extra_octave = octave_of(np.maximum(target[extra], draft[extra]))
+        extra_level = level_of(np.maximum(target[extra], draft[extra]))
         weights = target_mass + factors[count] * draft_mass
-        np.add.at(weights, extra_octave, target[extra] + factors[count] * draft[extra])
-        drop_from = int(np.searchsorted(np.cumsum(weights), budget, side="right"))  # octaves below it are dropped
-        dropped_extra = extra[extra_octave < drop_from]
+        np.add.at(weights, extra_level, target[extra] + factors[count] * draft[extra])
+        drop_from = int(np.searchsorted(np.cumsum(weights), budget, side="right"))  # levels below it are dropped
+        dropped_extra = extra[extra_level < drop_from]
         dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
-        drop_below = 0.0 if drop_from == 0 else math.inf if drop_from > 2046 else math.ldexp(1.0, drop_from - 1023)
+        drop_below = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))  # level drop_from's least
         tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below,
                                                       _segment_ends(protected[: count + 1], draft.size))
         kept_target /= kept_target.sum()
@@ -109,19 +113,22 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     return cuts
 
 
-def octave_of(likely: np.ndarray) -> np.ndarray:
-    """The octave of max(p, q): its float's biased exponent, 0 for zeros and subnormals.
+def level_of(likely: np.ndarray) -> np.ndarray:
+    """The level of max(p, q): its float's bits above the mantissa's ``LEVEL_SHIFT`` lowest,
+    the biased exponent and the mantissa's leading bits; levels rise with the value.
     # [tokens] -> [tokens] int"""
-    return (likely.view(np.uint64) >> np.uint64(52)).astype(np.int64)
+    return (likely.view(np.uint64) >> np.uint64(LEVEL_SHIFT)).astype(np.int64)
 
 
 @compiled
-def octave_masses(target, draft, budget, ends):
+def level_masses(target, draft, budget, ends):
     """Σ p and Σ q over the droppable tokens (0 < max(p, q) ≤ ``budget``: a dropped token
-    alone adds p + factor·q ≥ max(p, q) to B) but the protected ones, per octave of
-    max(p, q) (``octave_of``), each summed in id order. ``ends``: the protected tokens
-    ascending, then V (``_segment_ends``). # [vocab] x2, float, [protected + 1] int -> [2048] x2"""
-    target_mass, draft_mass = np.zeros(2048), np.zeros(2048)
+    alone adds p + factor·q ≥ max(p, q) to B) but the protected ones, per level of
+    max(p, q) (``level_of``), each summed in id order, up to the budget's level. ``ends``: the
+    protected tokens ascending, then V (``_segment_ends``).
+    # [vocab] x2, float, [protected + 1] int -> [levels] x2"""
+    levels = (np.array([budget]).view(np.uint64)[0] >> np.uint64(LEVEL_SHIFT)) + np.uint64(1)
+    target_mass, draft_mass = np.zeros(levels), np.zeros(levels)
     target_bits, draft_bits = target.view(np.uint64), draft.view(np.uint64)
     start = 0
     for stop in ends:
@@ -129,9 +136,9 @@ def octave_masses(target, draft, budget, ends):
             target_first = target[token] >= draft[token]
             likely = target[token] if target_first else draft[token]
             if 0 < likely <= budget:
-                octave = (target_bits[token] if target_first else draft_bits[token]) >> np.uint64(52)
-                target_mass[octave] += target[token]
-                draft_mass[octave] += draft[token]
+                level = (target_bits[token] if target_first else draft_bits[token]) >> np.uint64(LEVEL_SHIFT)
+                target_mass[level] += target[token]
+                draft_mass[level] += draft[token]
         start = max(start, stop + 1)
     return target_mass, draft_mass
 
@@ -139,8 +146,8 @@ def octave_masses(target, draft, budget, ends):
 @compiled
 def kept_tokens(target, draft, budget, drop_below, ends):
     """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
-    the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the octaves dropped:
-    octave < k is max(p, q) < 2^(k − 1023), k ≥ 1), unless protected (``ends``: the protected
+    the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the least value of the
+    lowest level kept), unless protected (``ends``: the protected
     tokens ascending, then V). Each token is written at the next free place, which moves on
     only when it is kept (no branch); the results are views of vocabulary-sized buffers
     (copying them out took as long as the pass).
