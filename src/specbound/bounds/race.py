@@ -118,7 +118,8 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
 
     Walks the prefixes H_k in order, keeping their running sums — q(H), Σ q², Σ q^j/(1 − q)
     for j = 1, 2, 3, the drawable tokens — and the n − 1 largest masses of H (T_i sums the
-    first i); r = q(H^c) is summed from the tail. 1 − q(x) is the mass of the other tokens,
+    first i), with what depends on them alone (the rooms 1 − T_i and their inverses, ``_tops``)
+    recomputed only when they change; r = q(H^c) is summed from the tail. 1 − q(x) is the mass of the other tokens,
     the largest token's summed explicitly (``probability.largest_and_the_rest``). A token with
     1 − q(x) = 0 makes the moments infinite or NaN from its prefix on, and both bounds there
     [0, 1] (the race decides).
@@ -130,9 +131,15 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     for k in range(size - 1, -1, -1):
         rest[k] = rest[k + 1] + draft[k]
     top = np.zeros(n - 1)  # the n − 1 largest masses of H, descending, 0 where H has fewer
+    rooms, inverses = np.zeros(n), np.zeros(n)  # 1 − T_i − slack for i ≥ 3 and 1 − (T_2 + slack), their inverses
+    two_largest = 0.0  # T_2 + slack
     inside = squares = weighted_1 = weighted_2 = weighted_3 = 0.0
     drawable = 0
+    top_moved = True
     for k in range(size + 1):
+        if top_moved:  # what depends on the largest masses only: the rooms' divisions leave the loop
+            two_largest = _tops(top, rooms, inverses)
+            top_moved = False
         high_rest, low_rest = rest[k] * (1.0 + 1e-12), rest[k] * (1.0 - 1e-12)
         terms_0, terms_1, terms_2 = inside * weighted_2, 2.0 * weighted_3, squares * weighted_1
         drawn = terms_0 - terms_1 + terms_2  # E[(q(x1) + q(x2)); x1, x2 ∈ H]
@@ -140,21 +147,17 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
         mass = pair_mass[k]
         mean_low = mean_high = 0.0
         if mass > 0:
-            mean_low, mean_high = _at_least_zero(drawn - 1e-10 * spread) / mass, _at_least_zero(
-                drawn + 1e-10 * spread) / mass
-        largest = 0.0  # T_i
-        two_largest, later = 0.0, 1.0  # T_2 + slack, Π_{3≤i<n} f(T_i)
-        for i in range(1, n):
-            largest += top[i - 1]
-            if i == 2:
-                two_largest = largest + BOUND_SLACK
-            elif i >= 3:
-                later *= _next_in(high_rest, 1.0 - largest - BOUND_SLACK)
+            per_mass = 1.0 / mass
+            mean_low, mean_high = _at_least_zero(drawn - 1e-10 * spread) * per_mass, _at_least_zero(
+                drawn + 1e-10 * spread) * per_mass
+        later = 1.0  # Π_{3≤i<n} f(T_i)
+        for i in range(3, n):
+            later *= _next_given(high_rest, rooms[i], inverses[i])
         next_at_mean = _next_in(low_rest, 1.0 - mean_low)
         concave = (n - 1) * high_rest <= 2.0 * (1.0 - two_largest)
         upper_k = mass * next_at_mean * (next_at_mean if concave else 1.0 - low_rest) ** (n - 3) + BOUND_SLACK
-        at_zero, at_two = _next_in(high_rest, 1.0), _next_in(high_rest, 1.0 - two_largest)  # f(0), f(T_2)
-        share = mean_high / two_largest if two_largest > 0 else 1.0
+        at_zero, at_two = _next_in(high_rest, 1.0), _next_given(high_rest, rooms[2], inverses[2])  # f(0), f(T_2)
+        share = mean_high * inverses[0] if two_largest > 0 else 1.0
         share = min(max(share, 0.0), 1.0) if share == share else share
         lower_k = mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
         if not (np.isfinite(lower_k) and np.isfinite(mean_high)):
@@ -168,12 +171,12 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
         if k == size:
             break
         value = draft[k]  # H_{k+1} = H_k + token k
-        spread_k = others_of_largest if k == largest_token else total - value  # 1 − q(x)
+        per_spread = 1.0 / (others_of_largest if k == largest_token else total - value)  # 1 / (1 − q(x))
         inside += value
         squares += value * value
-        weighted_1 += value / spread_k
-        weighted_2 += value * value / spread_k
-        weighted_3 += value * value * value / spread_k
+        weighted_1 += value * per_spread
+        weighted_2 += value * value * per_spread
+        weighted_3 += value * value * value * per_spread
         drawable += value > 0
         if value > top[n - 2]:  # insert into the descending n − 1 largest
             slot = n - 2
@@ -181,6 +184,29 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
                 top[slot] = top[slot - 1]
                 slot -= 1
             top[slot] = value
+            top_moved = True
+
+
+@compiled
+def _tops(top, rooms, inverses):
+    """From the n − 1 largest masses ``top`` (descending): T_2 + slack, returned, with its
+    inverse in ``inverses[0]``; the room 1 − (T_2 + slack) in ``rooms[2]`` and
+    1 − T_i − slack for 3 ≤ i < n in ``rooms[i]``, each with its inverse beside it (0 where
+    the room is not positive). Rooms are differences from 1 of at most 1 + slack, so a
+    positive one is at least ~1e-28 and its inverse finite.
+    # [n − 1], writes [n] x2 -> float"""
+    largest, two_largest = 0.0, 0.0
+    for i in range(1, top.size + 1):
+        largest += top[i - 1]
+        if i == 2:
+            two_largest = largest + BOUND_SLACK
+            rooms[2] = 1.0 - two_largest
+        elif i >= 3:
+            rooms[i] = 1.0 - largest - BOUND_SLACK
+    inverses[0] = 1.0 / two_largest if two_largest > 0 else 0.0
+    for i in range(2, rooms.size):
+        inverses[i] = 1.0 / rooms[i] if rooms[i] > 0 else 0.0
+    return two_largest
 
 
 @compiled
@@ -195,6 +221,14 @@ def _next_in(rest, room):
     if not room > 0:
         return 0.0
     return min(max(1.0 - rest / room, 0.0), 1.0)
+
+
+@compiled(error_model="numpy")
+def _next_given(rest, room, inverse):
+    """``_next_in`` with the room's inverse given (a room that many prefixes share)."""
+    if not room > 0:
+        return 0.0
+    return min(max(1.0 - rest * inverse, 0.0), 1.0)
 
 
 def _windows(prefixes: np.ndarray, remaining: np.ndarray) -> list[tuple[int, int]]:
