@@ -62,13 +62,10 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
     """
     draft = np.ascontiguousarray(draft_row, dtype=np.float64)
     n = num_drafts
-    remaining = np.zeros(draft.shape[0] + 1)  # r_k = q(H_k^c), summed from the tail for accuracy
-    np.cumsum(draft[::-1], out=remaining[-2::-1])
-    support = np.concatenate([[0], np.cumsum(draft > 0)])  # tokens of H_k that can be drawn
-    mass = np.where(support >= n, 1.0, 0.0)  # Q when H_k holds the whole draft support, or too little
-    integral = (support >= n) & (remaining > 0)
-    wanted = integral if needed is None else integral & np.asarray(needed, dtype=bool)
-    windows = _windows(np.flatnonzero(wanted), remaining)
+    every = needed is None
+    needed = np.zeros(0, dtype=np.bool_) if every else np.ascontiguousarray(needed, dtype=np.bool_)
+    remaining, mass, integral, wanted = _race_prefixes(draft, n, needed, every)
+    windows = _windows(wanted, remaining)
     nodes = _window_nodes(draft, remaining, windows, n)
     head, head_end = _HeadLaw(_race_times(n, max(nodes, default=0)), n), 0
     for (first, last), num_nodes in zip(windows, nodes):
@@ -78,8 +75,48 @@ def race_all_in_mass(draft_row, num_drafts: int, needed=None) -> np.ndarray:
         window = slice(first, last + 1)  # every prefix in it needs the integral: support and r are monotone
         mass[window] = np.where(integral[window], _window_mass(draft, remaining, first, last, n, head, num_nodes),
                                 mass[window])
-    mass = np.where(integral, np.clip(mass, 0.0, 1.0), mass)
-    return mass if needed is None else np.where(needed, mass, np.nan)
+    _race_finish(mass, integral, needed, every)
+    return mass
+
+
+@compiled
+def _race_prefixes(draft, n, needed, every):
+    """For ``race_all_in_mass``, in one pass over the prefixes: r_k = q(H_k^c) (summed from
+    the tail for accuracy), Q where no integral is needed (1 where H_k holds n or more
+    drawable tokens, 0 where fewer), which prefixes need the integral (n or more drawable
+    tokens and r_k > 0) and those of them to compute (every one, or those ``needed``).
+    # [vocab], int, [vocab + 1] bool (or empty), bool -> [vocab + 1] x2, [vocab + 1] bool, [computed] int"""
+    size = draft.size
+    remaining = np.empty(size + 1)
+    remaining[size] = 0.0
+    for k in range(size - 1, -1, -1):
+        remaining[k] = remaining[k + 1] + draft[k]
+    mass, integral = np.empty(size + 1), np.empty(size + 1, dtype=np.bool_)
+    wanted = np.empty(size + 1, dtype=np.int64)
+    support = count = 0
+    for k in range(size + 1):
+        if k > 0 and draft[k - 1] > 0:
+            support += 1
+        mass[k] = 1.0 if support >= n else 0.0
+        integral[k] = support >= n and remaining[k] > 0
+        if integral[k] and (every or needed[k]):
+            wanted[count] = k
+            count += 1
+    return remaining, mass, integral, wanted[:count]
+
+
+@compiled
+def _race_finish(mass, integral, needed, every):
+    """Q clipped into [0, 1] where it is an integral (NaN kept); NaN at the prefixes not
+    ``needed`` (unless ``every``). # [vocab + 1] in place, [vocab + 1] bool x2 (or empty), bool"""
+    for k in range(mass.size):
+        if integral[k]:
+            if mass[k] < 0.0:
+                mass[k] = 0.0
+            elif mass[k] > 1.0:
+                mass[k] = 1.0
+        if not every and not needed[k]:
+            mass[k] = np.nan
 
 
 def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.ndarray, np.ndarray]:
