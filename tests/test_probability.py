@@ -34,6 +34,7 @@ def test_ascending_order_is_the_stable_order_of_the_values(rng):
         rng.random(1000),
         np.round(rng.random(1000), 2),  # ties
         np.concatenate([base, base * (1 + 1e-9 * rng.random(500)), [0.0, 5e-324, 1e-310, np.inf, np.inf]]),
+        np.concatenate([base * (1 + 1e-9 * rng.random(500)), base, base]),  # short runs out of order, with equal keys
         rng.permutation(np.repeat(rng.random(3), 200) * (1 + 1e-12 * rng.random(600))),  # long runs out of order
         rng.permutation(np.concatenate([rng.random(300), [np.inf] * 5, [0.0] * 5])),
         rng.random(151_936) ** 8,  # a vocabulary's worth, over many octaves

@@ -28,6 +28,7 @@ SUM_TOLERANCE = 1e-6
 PAIRWISE_BLOCK = 128  # numpy's pairwise summation sums blocks of up to this many values directly
 INDEX_BITS = 31  # ascending_order packs an index below a key's bits: at most 2^31 keys
 RADIX_BITS = 11  # bits of a key sorted per radix pass of ascending_order: three passes
+INSERTION_RUN = 32  # ascending_order's runs of keys tied above the index bits up to this long go by insertion
 LAST_KEY_BITS = 0x7FF8000000000000  # a quiet NaN, above ∞ as an unsigned integer: ascending_order's last key
 
 
@@ -274,7 +275,9 @@ def ascending_order(keys):
     A non-negative float's bits rise with its value: each key's bits above the lowest
     ``INDEX_BITS`` are packed with its index below them and sorted (``radix_sort_above_index``).
     Keys that agree above the index bits (within 2^-21 of each other) are then put in order
-    by their lowest bits the same way, each with its place in the run below them.
+    by their lowest bits: a run of up to ``INSERTION_RUN`` keys (a real row's: 2–3) by
+    insertion, a longer one the same way as the whole, each with its place in the run below
+    them (a radix pass clears its bucket counts, 48 kB, whatever the run's length).
     # [k] -> [k] int"""
     count = keys.size
     bits = keys.view(np.uint64)
@@ -291,7 +294,14 @@ def ascending_order(keys):
             tied = tied or keys[order[place]] < keys[order[place - 1]]
         if place + 1 < count and (packed[place + 1] >> index_bits) == (packed[start] >> index_bits):
             continue
-        if tied:  # by the lowest bits, ties in index order (the run's order so far)
+        if tied and place + 1 - start <= INSERTION_RUN:  # a few keys: by insertion, stable
+            for end in range(start + 1, place + 1):
+                token, slot = order[end], end
+                while slot > start and bits[order[slot - 1]] > bits[token]:
+                    order[slot] = order[slot - 1]
+                    slot -= 1
+                order[slot] = token
+        elif tied:  # by the lowest bits, ties in index order (the run's order so far)
             run = np.empty(place + 1 - start, dtype=np.uint64)
             for within in range(run.size):
                 run[within] = ((bits[order[start + within]] & index_mask) << index_bits) | np.uint64(within)
