@@ -14,12 +14,18 @@ rows without loading a model (the same rows before and after a change).
     python benchmarks/bench_study_real_rows.py --dataset mt_bench --positions 6 --out FILE.json
     python benchmarks/bench_study_real_rows.py --positions 16 --save-rows /tmp/rows.npz
     python benchmarks/bench_study_real_rows.py --rows /tmp/rows.npz --out FILE.json
+    python benchmarks/bench_study_real_rows.py --rows /tmp/rows.npz --workers 2 --repeats 3
+
+``--workers N`` times the unit's exact part as a study runs it instead (``AcceptanceStudy.exact``:
+N worker processes, each position a task), the best of ``--repeats`` runs after one untimed
+run that starts the workers, and gives it per 128-token unit: issue 21's ≤ 3 s figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +38,9 @@ from specbound.engine import Processing
 from specbound.engine.methods import build_method
 from specbound.models.pair import load_llamacpp_pair
 from specbound.studies import traces
-from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods
+from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, AcceptanceStudy, acceptance_methods
+
+UNIT_TOKENS = 128  # Hu et al.'s tokens per prompt: issue 21's unit
 
 
 def generated_rows(dataset: str, positions: int, threads: int | None, seed: int):
@@ -57,7 +65,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--save-rows", type=Path, help="keep the generated target and draft rows here (.npz)")
     parser.add_argument("--rows", type=Path, help="time the steps on rows kept by --save-rows; loads no model")
+    parser.add_argument("--workers", type=int, help="time the whole exact part on this many workers, as a study runs it")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of --workers (the best is reported)")
     args = parser.parse_args()
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers: must be at least 1, got {args.workers}")
+    if args.repeats < 1:
+        parser.error(f"--repeats: must be at least 1, got {args.repeats}")
 
     if args.rows:
         with np.load(args.rows) as kept:
@@ -67,6 +81,9 @@ def main() -> None:
         target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed)
     if args.save_rows:
         np.savez(args.save_rows, target_rows=target_rows, draft_rows=draft_rows, dataset=args.dataset, seed=args.seed)
+    if args.workers:
+        unit_on_workers(target_rows, draft_rows, args)
+        return
     distinct = [int(len(np.unique(row))) for row in target_rows]
     # the first position once untimed: loads (or compiles) the compiled kernels, as each study worker does once
     step_seconds(target_rows[:1], draft_rows[:1], args.num_drafts, list(acceptance_methods()), DEFAULT_TAIL_BUDGET)
@@ -81,6 +98,29 @@ def main() -> None:
     if args.out:
         args.out.write_text(json.dumps({"dataset": args.dataset, "rows": str(args.rows) if args.rows else None, "positions": len(target_rows), "seed": args.seed,
                                         "distinct_values_per_target_row": distinct, "seconds": seconds,
+                                        "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
+
+
+def unit_on_workers(target_rows, draft_rows, args) -> None:
+    """The exact part of the rows as a study unit runs it on ``args.workers`` processes: one
+    untimed run (starts the workers, loads their compiled loops), then the wall of each of
+    ``args.repeats`` runs."""
+    study = AcceptanceStudy(num_drafts=args.num_drafts, methods=list(acceptance_methods()),
+                            tail_budget=DEFAULT_TAIL_BUDGET, workers=args.workers)
+    study.exact(target_rows, draft_rows)
+    walls = []
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        study.exact(target_rows, draft_rows)
+        walls.append(time.perf_counter() - started)
+    machine, positions = lscpu(), len(target_rows)
+    per_unit = min(walls) / positions * UNIT_TOKENS
+    print(f"{machine['model']}; {positions} positions of {args.dataset}, {args.workers} workers: "
+          f"{' / '.join(f'{wall:.2f}' for wall in walls)} s; best {per_unit:.2f} s per {UNIT_TOKENS}-token unit")
+    if args.out:
+        args.out.write_text(json.dumps({"dataset": args.dataset, "rows": str(args.rows) if args.rows else None,
+                                        "positions": positions, "seed": args.seed, "workers": args.workers,
+                                        "walls": walls, "seconds_per_128_token_unit": per_unit,
                                         "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
 
 
