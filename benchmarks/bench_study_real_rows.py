@@ -43,12 +43,12 @@ from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, AcceptanceStudy, a
 UNIT_TOKENS = 128  # Hu et al.'s tokens per prompt: issue 21's unit
 
 
-def generated_rows(dataset: str, positions: int, threads: int | None, seed: int):
+def generated_rows(dataset: str, positions: int, threads: int | None, seed: int, prompt_index: int = 0):
     """(target rows, draft rows) [positions, vocab] of one autoregressive generation of the
-    default pair on the first prompt of ``dataset``, as a study unit gets them."""
+    default pair on prompt ``prompt_index`` (0: the first) of ``dataset``, as a study unit gets them."""
     pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=threads)
     processing = Processing(temperature=0.7, vocab_size=pair.vocab_size)
-    prompt = pair.encode(load_prompts(dataset, limit=1)[0].text)
+    prompt = pair.encode(load_prompts(dataset, limit=prompt_index + 1)[prompt_index].text)
     request = traces.TraceRequest(processing, build_method("autoregressive"), positions)
     trace = traces.generate_traces(pair, request, [prompt], [torch.Generator().manual_seed(seed)])[0]
     draft_rows = traces.next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing)
@@ -62,6 +62,7 @@ def main() -> None:
     parser.add_argument("--num-drafts", type=lambda text: [int(x) for x in text.split(",")], default=[2, 3, 4, 6])
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompt-index", type=int, default=0, help="which prompt of --dataset (0: the first)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--save-rows", type=Path, help="keep the generated target and draft rows here (.npz)")
     parser.add_argument("--rows", type=Path, help="time the steps on rows kept by --save-rows; loads no model")
@@ -72,13 +73,15 @@ def main() -> None:
         parser.error(f"--workers: must be at least 1, got {args.workers}")
     if args.repeats < 1:
         parser.error(f"--repeats: must be at least 1, got {args.repeats}")
+    if args.prompt_index < 0:
+        parser.error(f"--prompt-index: must be at least 0, got {args.prompt_index}")
 
     if args.rows:
         with np.load(args.rows) as kept:
             target_rows, draft_rows = kept["target_rows"], kept["draft_rows"]
             args.dataset, args.seed = str(kept["dataset"]), int(kept["seed"])
     else:
-        target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed)
+        target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed, args.prompt_index)
     if args.save_rows:
         np.savez(args.save_rows, target_rows=target_rows, draft_rows=draft_rows, dataset=args.dataset, seed=args.seed)
     if args.workers:
