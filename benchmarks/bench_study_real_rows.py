@@ -66,7 +66,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--save-rows", type=Path, help="keep the generated target and draft rows here (.npz)")
     parser.add_argument("--rows", type=Path, help="time the steps on rows kept by --save-rows; loads no model")
-    parser.add_argument("--workers", type=int, help="time the whole exact part on this many workers, as a study runs it")
+    parser.add_argument("--workers", type=int,
+                        help="time the whole exact part on this many workers, as a study runs it")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of --workers (the best is reported)")
     args = parser.parse_args()
     if args.workers is not None and args.workers < 1:
@@ -81,7 +82,8 @@ def main() -> None:
             target_rows, draft_rows = kept["target_rows"], kept["draft_rows"]
             args.dataset, args.seed = str(kept["dataset"]), int(kept["seed"])
     else:
-        target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed, args.prompt_index)
+        target_rows, draft_rows = generated_rows(args.dataset, args.positions, args.threads, args.seed,
+                                                 args.prompt_index)
     if args.save_rows:
         np.savez(args.save_rows, target_rows=target_rows, draft_rows=draft_rows, dataset=args.dataset, seed=args.seed)
     if args.workers:

@@ -35,7 +35,8 @@ def reference_cut(target, draft, budget, num_drafts):
     dropped = np.zeros(draft.size, dtype=bool)
     for lowest in np.unique(level[droppable]):
         trial = dropped | (level == lowest)
-        draft_moved = factor * draft[trial].sum() if draft[trial].any() else 0.0  # no q dropped: no move, even at factor ∞
+        # no q dropped, no move, even at factor ∞ (a point-mass draft)
+        draft_moved = factor * draft[trial].sum() if draft[trial].any() else 0.0
         if target[trial].sum() + draft_moved > budget:
             break
         dropped = trial

@@ -156,8 +156,9 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     Walks the prefixes H_k in order, keeping their running sums — q(H), Σ q², Σ q^j/(1 − q)
     for j = 1, 2, 3, the drawable tokens — and the n − 1 largest masses of H (T_i sums the
     first i), with what depends on them alone (the rooms 1 − T_i and their inverses, ``_tops``)
-    recomputed only when they change; r = q(H^c) is summed from the tail. 1 − q(x) is the mass of the other tokens,
-    the largest token's summed explicitly (``probability.largest_and_the_rest``). A token with
+    recomputed only when they change; r = q(H^c) is summed from the tail. 1 − q(x) is the
+    mass of the other tokens, the largest token's summed explicitly
+    (``probability.largest_and_the_rest``). A token with
     1 − q(x) = 0 makes the moments infinite or NaN from its prefix on, and both bounds there
     [0, 1] (the race decides).
     # [vocab], int, [vocab + 1] -> writes [vocab + 1] x2"""
@@ -168,7 +169,7 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     for k in range(size - 1, -1, -1):
         rest[k] = rest[k + 1] + draft[k]
     top = np.zeros(n - 1)  # the n − 1 largest masses of H, descending, 0 where H has fewer
-    rooms, inverses = np.zeros(n), np.zeros(n)  # 1 − T_i − slack for i ≥ 3 and 1 − (T_2 + slack), their inverses
+    rooms, inverses = np.zeros(n), np.zeros(n)  # 1 − T_i − slack (i ≥ 3), 1 − (T_2 + slack); inverses (_tops)
     two_largest = 0.0  # T_2 + slack
     inside = squares = weighted_1 = weighted_2 = weighted_3 = 0.0
     drawable = 0

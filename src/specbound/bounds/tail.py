@@ -18,7 +18,6 @@ drafts and the support size stay). A budget of 0 drops only tokens where p = q =
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,8 +76,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     highest level edge that fits the budget; the level is the float's exponent and leading
     mantissa bits, ``level_of``), which costs O(vocab) instead of a sort: one pass sums the
     levels' masses for every n (``level_masses``), one pass per n collects the tokens its
-    cut keeps (``kept_tokens``). The n largest draft tokens and the
-    largest target token are never dropped.
+    cut keeps (``kept_tokens``). The n largest draft tokens and the largest target token are
+    never dropped.
     # [vocab], [vocab] -> {n: TailCut}"""
     if budget <= 0:
         keep = np.maximum(target, draft) > 0
@@ -103,7 +102,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         dropped_extra = extra[extra_level < drop_from]
         dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
-        drop_below = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))  # level drop_from's least
+        # the least value of level drop_from (∞ past the finite levels)
+        drop_below = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))
         tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below,
                                                       _segment_ends(protected[: count + 1], draft.size))
         kept_target /= kept_target.sum()
@@ -147,10 +147,10 @@ def level_masses(target, draft, budget, ends):
 def kept_tokens(target, draft, budget, drop_below, ends):
     """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
     the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the least value of the
-    lowest level kept), unless protected (``ends``: the protected
-    tokens ascending, then V). Each token is written at the next free place, which moves on
-    only when it is kept (no branch); the results are views of vocabulary-sized buffers
-    (copying them out took as long as the pass).
+    lowest level kept), unless protected (``ends``: the protected tokens ascending, then V).
+    Each token is written at the next free place, which moves on only when it is kept (no
+    branch); the results are views of vocabulary-sized buffers (copying them out took as long
+    as the pass).
     # [vocab] x2, float, float, [protected + 1] int -> [kept] int, [kept] x2"""
     size = target.size
     tokens = np.empty(size, dtype=np.int64)

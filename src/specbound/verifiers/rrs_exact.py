@@ -25,7 +25,8 @@ O(V log V + B1·B2) for B1 × B2 bins: one exact pass where both sides have at m
 ``FIRST_BIN_COUNT`` distinct values (at most 512², a few coarse passes' pairs), else a
 certified bracket refined until it is within a tolerance (a bf16 model's softmax: a few
 thousand distinct values; llama.cpp's float32 rows: up to ~10^5, closed by 256 bins a side
-and, where that is not enough, a few hundred finer x1 bins over ~500 x2 bins). n ≥ 4 uses the plain recursion, for small vocabularies.
+and, where that is not enough, a few hundred finer x1 bins over ~500 x2 bins). n ≥ 4 uses
+the plain recursion, for small vocabularies.
 
 The row's passes, its two sorts (a radix sort on the floats' bits, ``probability.ascending_order``) and
 the bracket passes are compiled loops (``specbound.compiled``); sums over the vocabulary are
@@ -394,10 +395,11 @@ def three_draft_bounds(target_row, draft_row, tolerance: float = DEFAULT_TOLERAN
     are grouped by draft value: ``_bracket`` bounds the sum over bins of x1 values × bins of
     x2 values, exactly where each bin holds one value. The x2 side holds only the tokens
     that can weigh: w2 = 0 where r(x2) ≥ s, and every s is below a bound taken from the
-    largest x1 value (``_three_level_arrays``). A row of at most
-    ``FIRST_BIN_COUNT`` distinct values on both sides gets one exact pass; any other row starts at ``COARSE_BIN_COUNT`` bins a side, then brackets
-    again only its widest x1 bins, finer and over more x2 bins (``_Bins.refined``,
-    ``_widest``), until the bracket is within ``tolerance`` or the work limit is reached.
+    largest x1 value (``_three_level_arrays``). A row of at most ``FIRST_BIN_COUNT``
+    distinct values on both sides gets one exact pass; any other row starts at
+    ``COARSE_BIN_COUNT`` bins a side, then brackets again only its widest x1 bins, finer and
+    over more x2 bins (``_Bins.refined``, ``_widest``), until the bracket is within
+    ``tolerance`` or the work limit is reached.
 
     Why every bracket is certified: α = 1 − TV + Σ_β share(β) over the x1 bins β, and
     ``_bracket`` bounds each share from its own pairs of bins alone (weights between their
