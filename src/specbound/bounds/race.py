@@ -190,11 +190,12 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
                 drawn + 1e-10 * spread) * per_mass
         later = 1.0  # Π_{3≤i<n} f(T_i)
         for i in range(3, n):
-            later *= _next_given(high_rest, rooms[i], inverses[i])
-        next_at_mean = _next_in(low_rest, 1.0 - mean_low)
+            later *= _next_in(high_rest, rooms[i], inverses[i])
+        room_at_mean = 1.0 - mean_low
+        next_at_mean = _next_in(low_rest, room_at_mean, 1.0 / room_at_mean)
         concave = (n - 1) * high_rest <= 2.0 * (1.0 - two_largest)
         upper_k = mass * next_at_mean * (next_at_mean if concave else 1.0 - low_rest) ** (n - 3) + BOUND_SLACK
-        at_zero, at_two = _next_in(high_rest, 1.0), _next_given(high_rest, rooms[2], inverses[2])  # f(0), f(T_2)
+        at_zero, at_two = _next_in(high_rest, 1.0, 1.0), _next_in(high_rest, rooms[2], inverses[2])  # f(0), f(T_2)
         share = mean_high * inverses[0] if two_largest > 0 else 1.0
         share = min(max(share, 0.0), 1.0) if share == share else share
         lower_k = mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
@@ -254,16 +255,9 @@ def _at_least_zero(value):
 
 
 @compiled(error_model="numpy")
-def _next_in(rest, room):
-    """f = 1 − r/(1 − s) in [0, 1], given r and room = 1 − s (0 where room ≤ 0)."""
-    if not room > 0:
-        return 0.0
-    return min(max(1.0 - rest / room, 0.0), 1.0)
-
-
-@compiled(error_model="numpy")
-def _next_given(rest, room, inverse):
-    """``_next_in`` with the room's inverse given (a room that many prefixes share)."""
+def _next_in(rest, room, inverse):
+    """f = 1 − r/(1 − s) in [0, 1], given r, room = 1 − s and its inverse (0 where room ≤ 0;
+    a room that many prefixes share is inverted once)."""
     if not room > 0:
         return 0.0
     return min(max(1.0 - rest * inverse, 0.0), 1.0)
