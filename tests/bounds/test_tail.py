@@ -13,24 +13,25 @@ from specbound.bounds.tail import cut_tail, cut_tails, scan_guesses, tail_factor
 
 
 def reference_cut(target, draft, budget, num_drafts):
-    """The cut for one n by its definition, token by token: drop the levels of max(p, q) —
-    16 a binade, [2^e(1 + j/16), 2^e(1 + (j + 1)/16)), the subnormals 16 below them — from
-    the smallest while δp + δq·Σ_{i<n} 1/(1 − S_i) stays within the budget, never the n
-    largest draft tokens (ties to the lower id) or the largest target token."""
-    likely = np.maximum(target, draft)
-    keep = likely > 0
+    """The cut for one n by its definition, token by token: with F = Σ_{i<n} 1/(1 − S_i)
+    (``tail_factor``, tested on its own below, so that weights on a level's edge fall on the
+    same side as the cut's), drop the levels of the weight w = p + F·q — 16 a binade,
+    [2^e(1 + j/16), 2^e(1 + (j + 1)/16)), the subnormals 16 below them — from the smallest
+    while δp + δq·F stays within the budget, never the n largest draft tokens (ties to the
+    lower id) or the largest target token."""
+    keep = np.maximum(target, draft) > 0
     largest = sorted(range(draft.size), key=lambda token: (-draft[token], token))[:num_drafts]
-    top = np.sort(draft)[::-1]
-    factor = sum(1.0 / (1.0 - top[:i].sum()) for i in range(min(num_drafts, draft.size)))
-    droppable = keep & (likely <= budget)
+    factor = tail_factor(draft, num_drafts)
+    weight = target + factor * draft  # F is finite (1/(1 − S_i) capped at 1e300)
+    droppable = keep & (weight <= budget)
     droppable[largest] = False
     droppable[np.argmax(target)] = False
     level = np.full(draft.size, np.inf)
     for token in np.flatnonzero(droppable):
-        if likely[token] < 2.0**-1022:  # subnormal: sixteenths of [0, 2^-1022), below every binade
-            level[token] = np.floor(np.ldexp(likely[token], 1026))
+        if weight[token] < 2.0**-1022:  # subnormal: sixteenths of [0, 2^-1022), below every binade
+            level[token] = np.floor(np.ldexp(weight[token], 1026))
         else:
-            mantissa, exponent = np.frexp(likely[token])  # mantissa·2^exponent, mantissa in [1/2, 1)
+            mantissa, exponent = np.frexp(weight[token])  # mantissa·2^exponent, mantissa in [1/2, 1)
             level[token] = 16 * (exponent + 1022) + np.floor((2 * mantissa - 1) * 16)
     dropped = np.zeros(draft.size, dtype=bool)
     for lowest in np.unique(level[droppable]):
@@ -127,17 +128,34 @@ def test_cut_tails_keeps_the_reference_cut_where_masses_are_powers_of_two(rng, b
             assert (cut.dropped_target, cut.dropped_draft) == (dropped_target, dropped_draft)
 
 
+def test_the_cut_drops_the_lightest_tokens_so_cuts_of_different_n_are_not_nested():
+    """Budget 1.5e-3. At n = 1 (F = 1) ten draft-only tokens of q = 1e-4 weigh 1e-3 together
+    and are dropped first, after which the target-only token of p = 6e-4 no longer fits; at
+    n = 2 (F = 1 + 1/(1 − 0.9) = 11) each of them weighs 1.1e-3, more than that token, which
+    goes first, and then the ten no longer fit. A cut by max(p, q) keeps the target-only
+    token at n = 2 as well. Each cut's scan-order guess is still its scan order."""
+    draft = np.concatenate([[0.9, 0.1 - 1e-3], np.full(10, 1e-4), [0.0]])
+    target = np.concatenate([[0.5, 0.5 - 6e-4], np.zeros(10), [6e-4]])
+    cuts = cut_tails(target, draft, 1.5e-3, [1, 2])
+    assert cuts[1].tokens.tolist() == [0, 1, 12] and cuts[1].dropped_draft == pytest.approx(1e-3)
+    assert cuts[2].tokens.tolist() == list(range(12)) and cuts[2].dropped_target == pytest.approx(6e-4)
+    assert all(cut.bound <= 1.5e-3 for cut in cuts.values())
+    for count, guess in scan_guesses(cuts, target, draft).items():
+        rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None])
+        np.testing.assert_array_equal(guess, rows.scan_order)
+
+
 @settings(max_examples=40, deadline=None)
 @given(pair=distribution_pairs(max_vocab=40), budget=st.sampled_from([0.0, 1e-6, 1e-3, 0.05, 0.5]), flat=st.booleans())
 def test_scan_guesses_give_each_cuts_scan_order(pair, budget, flat):
     """The scan order of every n's cut as the study checks it (``RowPairs.checked``) is the
-    same with its guess, which one sort of the widest cut gives (cuts are nested), as
-    without, with ties, zeros and subnormal masses."""
+    same with its guess, which one sort of the tokens any cut keeps gives (the cuts need
+    not be nested), as without, with ties, zeros and subnormal masses."""
     target, draft = (row / row.sum() for row in pair)
     if flat:
         draft = np.full(draft.size, 1.0 / draft.size)
     cuts = cut_tails(target, draft, budget, [1, 2, 3, 4, 6])
-    for count, guess in scan_guesses(cuts).items():
+    for count, guess in scan_guesses(cuts, target, draft).items():
         rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None], guess)
         assert guess is not None
         np.testing.assert_array_equal(rows.scan_order, scan_order(rows.target, rows.draft))
@@ -151,6 +169,6 @@ def test_scan_guesses_are_the_scan_orders_on_model_shaped_rows(rng):
         target, draft = target / target.sum(), draft / draft.sum()
         cuts = cut_tails(target, draft, 1e-4, [2, 3, 4, 6])
         assert len({cut.tokens.size for cut in cuts.values()}) > 1  # the guesses are restricted
-        for count, guess in scan_guesses(cuts).items():
+        for count, guess in scan_guesses(cuts, target, draft).items():
             rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None])
             np.testing.assert_array_equal(guess, rows.scan_order)

@@ -1,19 +1,22 @@
 """The tail cut: drop a row pair's least likely tokens with a proven bound on the move of
 Σ min(p, q) and of every α* (used by the studies before their exact computations).
 
-Letters: p = target, q = draft (SPEC.md §0). The cut drops the tokens of smallest
-max(p, q), renormalised, as many as keep
+Letters: p = target, q = draft (SPEC.md §0). For n drafts, the cut drops the tokens of
+smallest weight w = p + F_n·q, F_n = Σ_{i<n} 1/(1 − S_i) (the tail factor), renormalised,
+as many as keep
 
-    B = δp + δq·Σ_{i<n} 1/(1 − S_i)
+    B = δp + δq·F_n = Σ_dropped w
 
 within a budget — δp, δq the dropped masses, S_i the mass of q's i largest tokens; one cut
 per number of drafts n. Why B bounds the move: p ↦ p' is a TV move of δp; draft i falls in
 the dropped set with probability at most δq/(1 − S_i) given the earlier draws (without
 replacement their mass leaves the denominator), and given it does not, the cut law draws
-the same — so the n-draft law moves by at most δq·Σ 1/(1 − S_i), and Σ min(p, q) and every
-α* by at most B (the studies' tests check B for every verifier as well). The n largest
-draft tokens and the largest target token are never dropped (the greedy scheme's fixed
-drafts and the support size stay). A budget of 0 drops only tokens where p = q = 0: exact.
+the same — so the n-draft law moves by at most δq·F_n, and Σ min(p, q) and every α* by at
+most B (the studies' tests check B for every verifier as well). B is a sum over the dropped
+tokens of their weights, so dropping the lightest first drops the most tokens any cut
+within the budget can (up to the levels the weights are grouped in). The n largest draft
+tokens and the largest target token are never dropped (the greedy scheme's fixed drafts
+and the support size stay). A budget of 0 drops only tokens where p = q = 0: exact.
 """
 
 from __future__ import annotations
@@ -69,98 +72,126 @@ def tail_factor(draft: np.ndarray, num_drafts: int) -> float:
 
 
 def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> dict[int, TailCut]:
-    """The cut of one row pair for every n of ``counts``: drop the least likely tokens while
-    B = δp + δq·tail_factor(n) ≤ ``budget``; renormalise.
+    """The cut of one row pair for every n of ``counts``: drop the lightest tokens
+    (w = p + F_n·q, ``weights_of``) while B = Σ_dropped w = δp + δq·F_n ≤ ``budget``;
+    renormalise.
 
-    Tokens are dropped by levels of max(p, q), a 16th of an octave each (all below the
-    highest level edge that fits the budget; the level is the float's exponent and leading
-    mantissa bits, ``level_of``), which costs O(vocab) instead of a sort: one pass sums the
-    levels' masses for every n (``level_masses``), one pass per n collects the tokens its
-    cut keeps (``kept_tokens``). The n largest draft tokens and the largest target token are
-    never dropped.
+    Tokens are dropped by levels of w, a 16th of an octave each (all below the highest
+    level edge that fits the budget; the level is the float's exponent and leading mantissa
+    bits, ``level_of``), which costs O(vocab) instead of a sort: one pass sums the levels'
+    masses for every n (``level_masses``), one pass per n collects the tokens its cut keeps
+    (``kept_tokens``). The n largest draft tokens and the largest target token are never
+    dropped. The cuts of different n need not be nested (a larger F_n weighs the draft's
+    tail more, the target's less).
     # [vocab], [vocab] -> {n: TailCut}"""
     if budget <= 0:
         keep = np.maximum(target, draft) > 0
         kept = _renormalised(target, draft, keep)
         return {count: TailCut(*kept, float(target[~keep].sum()), float(draft[~keep].sum()),
                                float(target[~keep].sum()), np.flatnonzero(keep)) for count in counts}
+    counts = list(counts)
     largest = top_tokens(draft[None, :], min(max(counts), draft.size))[0]
     factors = tail_factors(draft, counts, largest)
     target = np.ascontiguousarray(target, dtype=np.float64)
     draft = np.ascontiguousarray(draft, dtype=np.float64)
     protected = np.concatenate([[np.argmax(target)], largest]).astype(np.int64)
     budget = float(budget)
-    target_mass, draft_mass = level_masses(target, draft, budget, _segment_ends(protected, draft.size))
+    ascending = sorted(set(counts), key=lambda count: factors[count])
+    masses = level_masses(target, draft, np.array([factors[count] for count in ascending]), budget,
+                          _segment_ends(protected, draft.size))
     cuts = {}
     for count in counts:
-        extra = np.array([token for token in largest[count:] if 0 < max(target[token], draft[token]) <= budget
-                          and token != protected[0]], dtype=np.int64)  # the draft tokens free at n only
-        extra_level = level_of(np.maximum(target[extra], draft[extra]))
-        weights = target_mass + factors[count] * draft_mass
-        np.add.at(weights, extra_level, target[extra] + factors[count] * draft[extra])
+        factor = factors[count]
+        target_mass, draft_mass = masses[:, ascending.index(count)].T
+        free = largest[count:][largest[count:] != protected[0]]  # the draft tokens free at n only
+        free_weight = weights_of(target[free], draft[free], factor)
+        droppable = (free_weight > 0) & (free_weight <= budget)
+        extra, extra_level = free[droppable], level_of(free_weight[droppable])
+        weights = target_mass + factor * draft_mass
+        np.add.at(weights, extra_level, free_weight[droppable])
         drop_from = int(np.searchsorted(np.cumsum(weights), budget, side="right"))  # levels below it are dropped
         dropped_extra = extra[extra_level < drop_from]
         dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
-        # the least value of level drop_from (∞ past the finite levels)
+        # the least weight of level drop_from (∞ past the finite levels)
         drop_below = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))
-        tokens, kept_target, kept_draft = kept_tokens(target, draft, budget, drop_below,
+        tokens, kept_target, kept_draft = kept_tokens(target, draft, factor, budget, drop_below,
                                                       _segment_ends(protected[: count + 1], draft.size))
         kept_target /= kept_target.sum()
         kept_draft /= kept_draft.sum()
         cuts[count] = TailCut(kept_target, kept_draft, dropped_target, dropped_draft,
-                              dropped_target + factors[count] * dropped_draft, tokens)
+                              dropped_target + factor * dropped_draft, tokens)
     return cuts
 
 
-def level_of(likely: np.ndarray) -> np.ndarray:
-    """The level of max(p, q): its float's bits above the mantissa's ``LEVEL_SHIFT`` lowest,
-    the biased exponent and the mantissa's leading bits; levels rise with the value.
-    # [tokens] -> [tokens] int"""
-    return (likely.view(np.uint64) >> np.uint64(LEVEL_SHIFT)).astype(np.int64)
+def weights_of(target: np.ndarray, draft: np.ndarray, factor: float) -> np.ndarray:
+    """w = p + F·q per token, a token's share of B (F finite: ``tail_factors`` caps each
+    1/(1 − S_i) at 1e300, so a token without draft mass weighs its p); ``token_weight``
+    elementwise. # [tokens] x2, float -> [tokens]"""
+    return target + factor * draft
 
 
 @compiled
-def level_masses(target, draft, budget, ends):
-    """Σ p and Σ q over the droppable tokens (0 < max(p, q) ≤ ``budget``: a dropped token
-    alone adds p + factor·q ≥ max(p, q) to B) but the protected ones, per level of
-    max(p, q) (``level_of``), each summed in id order, up to the budget's level. ``ends``: the
-    protected tokens ascending, then V (``_segment_ends``).
-    # [vocab] x2, float, [protected + 1] int -> [levels] x2"""
+def token_weight(target, draft, factor):
+    """p + F·q (``weights_of``)."""
+    return target + factor * draft
+
+
+def level_of(weights: np.ndarray) -> np.ndarray:
+    """The level of a weight w ≥ 0: its float's bits above the mantissa's ``LEVEL_SHIFT``
+    lowest, the biased exponent and the mantissa's leading bits; levels rise with the value.
+    # [tokens] -> [tokens] int"""
+    return (weights.view(np.uint64) >> np.uint64(LEVEL_SHIFT)).astype(np.int64)
+
+
+@compiled
+def level_masses(target, draft, factors, budget, ends):
+    """For each tail factor F of ``factors`` (ascending): Σ p and Σ q over the droppable
+    tokens (0 < w ≤ ``budget``, w = p + F·q: a dropped token alone adds w to B) but the
+    protected ones, per level of w (``level_of``), each summed in id order, up to the
+    budget's level. ``ends``: the protected tokens ascending, then V (``_segment_ends``).
+    A token's weight grows with F, so one too heavy at the first factor is at every
+    factor; a level's sums for every F lie side by side (a token's weights often share
+    a level).
+    # [vocab] x2, [counts], float, [protected + 1] int -> [levels, counts, 2] (Σ p, Σ q)"""
     levels = (np.array([budget]).view(np.uint64)[0] >> np.uint64(LEVEL_SHIFT)) + np.uint64(1)
-    target_mass, draft_mass = np.zeros(levels), np.zeros(levels)
-    target_bits, draft_bits = target.view(np.uint64), draft.view(np.uint64)
+    masses = np.zeros((levels, factors.size, 2))
+    weight = np.empty(1)
+    weight_bits = weight.view(np.uint64)
     start = 0
     for stop in ends:
         for token in range(start, stop):
-            target_first = target[token] >= draft[token]
-            likely = target[token] if target_first else draft[token]
-            if 0 < likely <= budget:
-                level = (target_bits[token] if target_first else draft_bits[token]) >> np.uint64(LEVEL_SHIFT)
-                target_mass[level] += target[token]
-                draft_mass[level] += draft[token]
+            target_mass, draft_mass = target[token], draft[token]
+            for index in range(factors.size):
+                weight[0] = token_weight(target_mass, draft_mass, factors[index])
+                if not weight[0] <= budget:
+                    break
+                if weight[0] > 0:
+                    level = weight_bits[0] >> np.uint64(LEVEL_SHIFT)
+                    masses[level, index, 0] += target_mass
+                    masses[level, index, 1] += draft_mass
         start = max(start, stop + 1)
-    return target_mass, draft_mass
+    return masses
 
 
 @compiled
-def kept_tokens(target, draft, budget, drop_below, ends):
-    """The tokens a cut keeps, in id order, with their p and q: those of max(p, q) > 0 but
-    the droppable ones (max(p, q) ≤ ``budget``) below ``drop_below`` (the least value of the
-    lowest level kept), unless protected (``ends``: the protected tokens ascending, then V).
-    Each token is written at the next free place, which moves on only when it is kept (no
-    branch); the results are views of vocabulary-sized buffers (copying them out took as long
-    as the pass).
-    # [vocab] x2, float, float, [protected + 1] int -> [kept] int, [kept] x2"""
+def kept_tokens(target, draft, factor, budget, drop_below, ends):
+    """The tokens a cut keeps, in id order, with their p and q: those of weight
+    w = p + F·q > 0 but the droppable ones (w ≤ ``budget``) below ``drop_below`` (the least
+    weight of the lowest level kept), unless protected (``ends``: the protected tokens
+    ascending, then V). Each token is written at the next free place, which moves on only
+    when it is kept (no branch); the results are views of vocabulary-sized buffers (copying
+    them out took as long as the pass).
+    # [vocab] x2, float x3, [protected + 1] int -> [kept] int, [kept] x2"""
     size = target.size
     tokens = np.empty(size, dtype=np.int64)
     kept_target, kept_draft = np.empty(size), np.empty(size)
     kept = start = 0
     for stop in ends:
         for token in range(start, stop):
-            likely = max(target[token], draft[token])
+            weight = token_weight(target[token], draft[token], factor)
             tokens[kept], kept_target[kept], kept_draft[kept] = token, target[token], draft[token]
-            kept += likely > 0 and (likely > budget or likely >= drop_below)
+            kept += weight > 0 and (weight > budget or weight >= drop_below)
         if start <= stop < size:
             tokens[kept], kept_target[kept], kept_draft[kept] = stop, target[stop], draft[stop]
             kept += max(target[stop], draft[stop]) > 0
@@ -174,40 +205,44 @@ def _segment_ends(protected: np.ndarray, size: int) -> np.ndarray:
     return np.append(np.sort(protected), size).astype(np.int64)
 
 
-def scan_guesses(cuts: dict[int, TailCut]) -> dict[int, np.ndarray | None]:
+def scan_guesses(cuts: dict[int, TailCut], target: np.ndarray, draft: np.ndarray) -> dict[int, np.ndarray]:
     """n -> a guess of the scan order of n's cut (``subset.scan_order``), all from one sort:
-    the scan order of the cut that keeps the most tokens, restricted to each cut whose
-    tokens are among its own (None for another). The cuts renormalise the same p and q by
+    the scan order of the tokens any cut keeps (p and q of the row, ``target`` and
+    ``draft``), restricted to each cut's tokens. The cuts renormalise the same p and q by
     constants, which keeps the order of p/q except where two ratios round differently
     (within a few ulps of each other), so the guess is checked where it is used.
-    # {n: TailCut [kept]} -> {n: [1, kept] int or None}"""
-    widest = max(cuts.values(), key=lambda cut: cut.tokens.size)
-    order = scan_order(widest.target[None], widest.draft[None])
-    guesses = {}
-    for count, cut in cuts.items():
-        if np.array_equal(cut.tokens, widest.tokens):
-            guesses[count] = order
-            continue
-        kept, nested = members(cut.tokens, widest.tokens)
-        guesses[count] = restricted_order(order[0], kept)[None] if nested else None
-    return guesses
+    # {n: TailCut [kept]}, [vocab] x2 -> {n: [1, kept] int}"""
+    tokens = [cut.tokens for cut in cuts.values()]
+    union, members = union_members(np.concatenate(tokens), np.cumsum([0] + [len(kept) for kept in tokens]),
+                                   target.size)
+    order = scan_order(target[union][None], draft[union][None])[0]
+    return {count: order[None] if cut.tokens.size == union.size else restricted_order(order, kept)[None]
+            for (count, cut), kept in zip(cuts.items(), members)}
 
 
 @compiled
-def members(tokens, among):
-    """Which of the tokens ``among`` are in ``tokens`` (distinct ids, ascending), and whether
-    every one of ``tokens`` is among them: ``tokens`` marked on the ids, then read at
-    ``among``. # [k], [m] int -> [m] bool, bool"""
-    size = max(tokens[-1] + 1 if tokens.size else 0, among[-1] + 1 if among.size else 0)
-    marked = np.zeros(size, dtype=np.bool_)
-    for token in tokens:
-        marked[token] = True
-    found = np.empty(among.size, dtype=np.bool_)
-    matched = 0
-    for place in range(among.size):
-        found[place] = marked[among[place]]
-        matched += found[place]
-    return found, matched == tokens.size
+def union_members(tokens, offsets, size):
+    """The union of several sets of token ids below ``size`` (set i: tokens[offsets[i]:
+    offsets[i + 1]]), ascending, and which of its tokens each set holds.
+    # [Σ sizes] int, [sets + 1] int, int -> [union] int, [sets, union] bool"""
+    sets = offsets.size - 1
+    marked = np.zeros((size, sets), dtype=np.bool_)
+    for index in range(sets):
+        for place in range(offsets[index], offsets[index + 1]):
+            marked[tokens[place], index] = True
+    union = np.empty(size, dtype=np.int64)
+    count = 0
+    for token in range(size):
+        union[count] = token
+        for index in range(sets):
+            if marked[token, index]:
+                count += 1
+                break
+    members = np.empty((sets, count), dtype=np.bool_)
+    for place in range(count):
+        for index in range(sets):
+            members[index, place] = marked[union[place], index]
+    return union[:count], members
 
 
 def cut_tail(target: np.ndarray, draft: np.ndarray, budget: float, num_drafts: int):

@@ -15,13 +15,16 @@ acceptance is computed **exactly** from the same rows, never by sampling:
 Each verifier is compared with its draft scheme's α* at the same number of drafts.
 
 Tail cut (``tail_budget``, default 1e-6): before the exact computations each row pair
-drops its least likely tokens, renormalised, while a proven bound B on the move of
-Σ min(p, q) and of every α* stays within the budget (``specbound.bounds.tail``, where the
-proof is); one cut per number of drafts n, all n from one pass over the row. On the
-default pair at T = 0.7, n = 3, this keeps 13,000–102,000 of 151,936 tokens per row on the
-llama.cpp backend's float32 rows (16 real rows), about two thousand on the torch backend's
-bf16-rounded ones. ``tail_budget = 0`` drops only tokens where p = q = 0: exact. B and the dropped
-masses are recorded per position.
+drops its lightest tokens (weight p + F_n·q, F_n the tail factor of n drafts),
+renormalised, while a proven bound B on the move of Σ min(p, q) and of every α* stays
+within the budget (``specbound.bounds.tail``, where the proof is); one cut per number of
+drafts n, all n from one pass over the row. On the default pair at T = 0.7, n = 3, this
+keeps 30,000 of 151,936 tokens per row on average (63–137,710) on the llama.cpp backend's
+float32 rows (443 positions of four MMLU prompts, ``benchmarks/results/study_hu2025/
+tail_kept_tokens_amx_xeon.json``), about two thousand on the torch backend's bf16-rounded
+ones (measured when the cut went by max(p, q), which keeps more). ``tail_budget = 0``
+drops only tokens where p = q = 0: exact. B and the dropped masses are recorded per
+position.
 
 A position whose draft law has fewer tokens than a distinct-token scheme needs gets as
 many drafts as it has tokens, and a verifier fixed to two drafts hands such a position to
@@ -236,11 +239,12 @@ class AcceptanceStudy(Study):
 
 def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
     """``AcceptanceStudy.exact`` for rows in one process: each row's tail cut for every n
-    of ``counts``, then every method at each n. A row's cuts are sorted by p/q once, the
-    others' scan orders read from that sort (``bounds.tail.scan_guesses``).
+    of ``counts``, then every method at each n. The tokens any of a row's cuts keeps are
+    sorted by p/q once, each cut's scan order read from that sort (``bounds.tail.scan_guesses``).
     # [positions, vocab] x2"""
     cuts = [cut_tails(target, draft, tail_budget, counts) for target, draft in zip(target_rows, draft_rows)]
-    guesses = [scan_guesses(row_cuts) for row_cuts in cuts]
+    guesses = [scan_guesses(row_cuts, target, draft)
+               for row_cuts, target, draft in zip(cuts, target_rows, draft_rows)]
     exact = {}
     for num_drafts in counts:
         rows = [row_cuts[num_drafts] for row_cuts in cuts]
