@@ -6,6 +6,7 @@ real vocabularies, each with its number of drafts and the optimum it is compared
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -68,13 +69,22 @@ def optimum_name(scheme: DraftScheme) -> str:
 
 def acceptance_methods() -> dict[str, AcceptanceMethod]:
     """The study's methods, from the registries: α* of every draft scheme, then every
-    lossless per-node verifier whose exact acceptance scales to real vocabularies."""
+    lossless per-node verifier whose exact acceptance scales to real vocabularies. Built
+    once per state of the registries (the exact part asks for them about 30 times a
+    position: building them each time, 21 µs, cost 1–2 % of it)."""
+    return dict(_methods_of(tuple(DRAFT_SCHEMES.items()), tuple(VERIFIERS.items())))
+
+
+@lru_cache(maxsize=4)
+def _methods_of(schemes, verifiers) -> dict[str, AcceptanceMethod]:
+    """``acceptance_methods`` of the registries' entries ``schemes`` and ``verifiers``
+    ((name, entry) pairs); the callers copy the dict."""
     methods = {
         optimum_name(scheme): AcceptanceMethod(optimum_name(scheme), f"α* {scheme.label}", scheme,
                                                scheme.fixed_num_drafts)
-        for scheme in DRAFT_SCHEMES.values()
+        for _, scheme in schemes
     }
-    for verifier_class in VERIFIERS.values():
+    for _, verifier_class in verifiers:
         if verifier_class.lossless and verifier_class.scalable and verifier_class.per_node:
             verifier = verifier_class()
             methods[verifier.name] = AcceptanceMethod(verifier.name, verifier.label, verifier.draft_scheme,
