@@ -172,3 +172,18 @@ def test_scan_guesses_are_the_scan_orders_on_model_shaped_rows(rng):
         for count, guess in scan_guesses(cuts, target, draft).items():
             rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None])
             np.testing.assert_array_equal(guess, rows.scan_order)
+
+
+@pytest.mark.parametrize("num_cuts", [9, 33, 65])
+def test_scan_guesses_of_many_cuts(rng, num_cuts):
+    """Past 8 cuts the union's marks take a wider type (a bit per cut); past 64 each cut is
+    sorted alone (no guess), and the scan orders are the same either way."""
+    target, draft = tailed_rows(rng, 400)
+    cuts = cut_tails(target, draft, 1e-3, range(1, num_cuts + 1))
+    guesses = scan_guesses(cuts, target, draft)
+    assert len(guesses) == num_cuts and all((guess is None) == (num_cuts > 64) for guess in guesses.values())
+    for count, guess in guesses.items():
+        rows = RowPairs.checked(cuts[count].target[None], cuts[count].draft[None], guess)
+        np.testing.assert_array_equal(rows.scan_order, scan_order(rows.target, rows.draft))
+        if guess is not None:
+            np.testing.assert_array_equal(guess, rows.scan_order)

@@ -205,43 +205,49 @@ def _segment_ends(protected: np.ndarray, size: int) -> np.ndarray:
     return np.append(np.sort(protected), size).astype(np.int64)
 
 
-def scan_guesses(cuts: dict[int, TailCut], target: np.ndarray, draft: np.ndarray) -> dict[int, np.ndarray]:
+MARK_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64)  # a bit per cut in ``union_members``
+
+
+def scan_guesses(cuts: dict[int, TailCut], target: np.ndarray, draft: np.ndarray) -> dict[int, np.ndarray | None]:
     """n -> a guess of the scan order of n's cut (``subset.scan_order``), all from one sort:
     the scan order of the tokens any cut keeps (p and q of the row, ``target`` and
     ``draft``), restricted to each cut's tokens. The cuts renormalise the same p and q by
     constants, which keeps the order of p/q except where two ratios round differently
-    (within a few ulps of each other), so the guess is checked where it is used.
-    # {n: TailCut [kept]}, [vocab] x2 -> {n: [1, kept] int}"""
+    (within a few ulps of each other), so the guess is checked where it is used. None
+    for every cut (each sorted alone) past 64 cuts.
+    # {n: TailCut [kept]}, [vocab] x2 -> {n: [1, kept] int or None}"""
+    marks = next((np.zeros(target.size, dtype=kind) for kind in MARK_TYPES if np.iinfo(kind).bits >= len(cuts)), None)
+    if marks is None:
+        return {count: None for count in cuts}
     tokens = [cut.tokens for cut in cuts.values()]
-    union, members = union_members(np.concatenate(tokens), np.cumsum([0] + [len(kept) for kept in tokens]),
-                                   target.size)
+    union, members = union_members(np.concatenate(tokens), np.cumsum([0] + [len(kept) for kept in tokens]), marks)
     order = scan_order(target[union][None], draft[union][None])[0]
     return {count: order[None] if cut.tokens.size == union.size else restricted_order(order, kept)[None]
             for (count, cut), kept in zip(cuts.items(), members)}
 
 
 @compiled
-def union_members(tokens, offsets, size):
-    """The union of several sets of token ids below ``size`` (set i: tokens[offsets[i]:
-    offsets[i + 1]]), ascending, and which of its tokens each set holds.
-    # [Σ sizes] int, [sets + 1] int, int -> [union] int, [sets, union] bool"""
+def union_members(tokens, offsets, marks):
+    """The union of several sets of token ids (set i: tokens[offsets[i]:offsets[i + 1]]),
+    ascending, and which of its tokens each set holds, from a bit per set on each id
+    (``marks``: zeros, an id each, of an unsigned type with a bit per set).
+    # [Σ sizes] int, [sets + 1] int, [vocab] uint -> [union] int, [sets, union] bool"""
     sets = offsets.size - 1
-    marked = np.zeros((size, sets), dtype=np.bool_)
+    one = marks.dtype.type(1)
     for index in range(sets):
+        bit = one << marks.dtype.type(index)
         for place in range(offsets[index], offsets[index + 1]):
-            marked[tokens[place], index] = True
-    union = np.empty(size, dtype=np.int64)
+            marks[tokens[place]] |= bit
+    union = np.empty(marks.size, dtype=np.int64)
     count = 0
-    for token in range(size):
+    for token in range(marks.size):  # each id written, the place moving on where it is marked
         union[count] = token
-        for index in range(sets):
-            if marked[token, index]:
-                count += 1
-                break
+        count += marks[token] != 0
     members = np.empty((sets, count), dtype=np.bool_)
-    for place in range(count):
-        for index in range(sets):
-            members[index, place] = marked[union[place], index]
+    for index in range(sets):
+        bit = one << marks.dtype.type(index)
+        for place in range(count):
+            members[index, place] = (marks[union[place]] & bit) != 0
     return union[:count], members
 
 
