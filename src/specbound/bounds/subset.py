@@ -261,17 +261,62 @@ def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | Non
     for start in range(0, rows.target.shape[0], SCAN_ROW_BLOCK):
         block = slice(start, start + SCAN_ROW_BLOCK)
         order, ordered_draft, inside = rows.scan_order[block], rows.draft_in_scan_order[block], rows.target_inside[block]
+        inside = np.ascontiguousarray(inside, dtype=np.float64)
         if mass_bounds is None:
-            gaps = inside - all_in_mass(ordered_draft)
+            needed = np.ones(inside.shape, dtype=bool)
+            mass = all_in_mass(ordered_draft)
         else:
             lower, upper = mass_bounds(ordered_draft)
-            ceiling = np.min(inside - lower, axis=1, keepdims=True)
-            needed = inside - upper <= ceiling + PRUNING_MARGIN
-            gaps = np.where(needed, inside - all_in_mass(ordered_draft, needed), np.inf)
-        best = np.argmin(gaps, axis=1)  # first minimiser: the shortest prefix
-        acceptance.append(1.0 + np.take_along_axis(gaps, best[:, None], axis=1)[:, 0])
+            needed = can_minimise(inside, np.ascontiguousarray(lower, dtype=np.float64),
+                                  np.ascontiguousarray(upper, dtype=np.float64))
+            mass = all_in_mass(ordered_draft, needed)
+        best, gap = first_minimum(inside, np.ascontiguousarray(mass, dtype=np.float64), needed)
+        acceptance.append(1.0 + gap)
         subset = np.zeros(order.shape, dtype=bool)
         for row, prefix_length in enumerate(best):
             subset[row, order[row, :prefix_length]] = True
         subsets.append(subset)
     return OptimalAcceptance(np.concatenate(acceptance), np.concatenate(subsets))
+
+
+@compiled
+def can_minimise(inside, lower, upper):
+    """Per row, the prefixes that can minimise the gap p(H_k) − Q(H_k) given lower ≤ Q ≤ upper:
+    p(H_k) − upper_k ≤ min_j (p(H_j) − lower_j) + ``PRUNING_MARGIN`` (``prefix_scan_optimum``;
+    a NaN among the p − lower makes that minimum NaN, and no prefix then qualifies, as
+    numpy's min and comparison have it). # [batch, vocab + 1] x3 -> [batch, vocab + 1] bool"""
+    batch, size = inside.shape
+    needed = np.empty((batch, size), dtype=np.bool_)
+    for row in range(batch):
+        ceiling = np.inf
+        for k in range(size):
+            gap = inside[row, k] - lower[row, k]
+            if gap < ceiling or gap != gap:
+                ceiling = gap
+                if gap != gap:
+                    break
+        ceiling += PRUNING_MARGIN
+        for k in range(size):
+            needed[row, k] = inside[row, k] - upper[row, k] <= ceiling
+    return needed
+
+
+@compiled
+def first_minimum(inside, mass, needed):
+    """Per row, the first prefix minimising p(H_k) − Q(H_k) over the ``needed`` ones (∞
+    elsewhere: the first prefix when none is needed) and that gap; a NaN gap is taken as
+    the minimum, the first one, as ``np.argmin`` takes it.
+    # [batch, vocab + 1] x2, [batch, vocab + 1] bool -> [batch] int, [batch]"""
+    batch, size = inside.shape
+    best, smallest = np.zeros(batch, dtype=np.int64), np.full(batch, np.inf)
+    for row in range(batch):
+        for k in range(size):
+            if not needed[row, k]:
+                continue
+            gap = inside[row, k] - mass[row, k]
+            if gap != gap:
+                best[row], smallest[row] = k, gap
+                break
+            if gap < smallest[row]:
+                best[row], smallest[row] = k, gap
+    return best, smallest
