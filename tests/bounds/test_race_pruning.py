@@ -147,8 +147,8 @@ def test_pruned_scan_races_fewer_prefixes():
                 asked.append(int(needed.sum()))
                 return np.stack([race_all_in_mass(row, num_drafts, mask) for row, mask in zip(ordered, needed)])
 
-            bounds = lambda ordered, num_drafts=num_drafts: race_mass_bounds(  # noqa: E731
-                ordered, num_drafts, WITHOUT.all_in_mass(ordered, 2))
+            bounds = lambda ordered, inside, num_drafts=num_drafts: race_mass_bounds(  # noqa: E731
+                ordered, num_drafts, WITHOUT.all_in_mass(ordered, 2), inside)
             pruned = prefix_scan_optimum(rows, race_counted, mass_bounds=bounds)
             full = prefix_scan_optimum(
                 rows, lambda ordered, num_drafts=num_drafts: WITHOUT.all_in_mass(ordered, num_drafts))

@@ -19,6 +19,7 @@ from math import factorial, log
 import numpy as np
 from scipy.special import gammaincc, gammainccinv
 
+from specbound.bounds.subset import PRUNING_MARGIN
 from specbound.compiled import compiled
 from specbound.probability import largest_and_the_rest
 
@@ -119,7 +120,7 @@ def _race_finish(mass, integral, needed, every):
             mass[k] = np.nan
 
 
-def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.ndarray, np.ndarray]:
+def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass, target_inside=None) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bounds on Q(H_k), every prefix, from Q_2 (the n = 2 closed form).
 
     Given the first i draws in H with mass s, the next lands in H with probability
@@ -139,35 +140,47 @@ def race_mass_bounds(draft_in_order, num_drafts: int, pair_mass) -> tuple[np.nda
     outwards for rounding: r, m and 1 − T_i by relative 1e-12, 1e-10 and absolute
     ``BOUND_SLACK``, the bounds by ``BOUND_SLACK``. One pass over each row
     (``_mass_bounds_row``).
-    # draft_in_order [rows, vocab], pair_mass [rows, vocab + 1] -> [rows, vocab + 1] x2
+
+    With ``target_inside`` (p(H_k), [rows, vocab + 1]) these bounds are computed only at the
+    prefixes that coarser ones leave a chance to minimise p(H) − Q(H) (``_coarse_bounds``);
+    elsewhere the coarser ones are returned, and the prefix scan (``subset.can_minimise``)
+    keeps the same prefixes either way.
+    # draft_in_order [rows, vocab], pair_mass [rows, vocab + 1] (target_inside alike) -> [rows, vocab + 1] x2
     """
     draft_in_order = np.ascontiguousarray(draft_in_order, dtype=np.float64)
     pair_mass = np.ascontiguousarray(pair_mass, dtype=np.float64)
     lower, upper = np.empty(pair_mass.shape), np.empty(pair_mass.shape)
     for row in range(draft_in_order.shape[0]):
-        _mass_bounds_row(draft_in_order[row], int(num_drafts), pair_mass[row], lower[row], upper[row])
+        inside = np.zeros(0) if target_inside is None else np.ascontiguousarray(target_inside[row], dtype=np.float64)
+        _mass_bounds_row(draft_in_order[row], int(num_drafts), pair_mass[row], inside, lower[row], upper[row])
     return lower, upper
 
 
 @compiled(error_model="numpy")
-def _mass_bounds_row(draft, n, pair_mass, lower, upper):
-    """``race_mass_bounds`` of one row, n ≥ 3, written into ``lower`` and ``upper``.
+def _mass_bounds_row(draft, n, pair_mass, target_inside, lower, upper):
+    """``race_mass_bounds`` of one row, n ≥ 3, written into ``lower`` and ``upper``; with
+    ``target_inside`` (p(H_k), else empty) only at the prefixes ``_coarse_bounds`` leaves,
+    its coarse bounds elsewhere.
 
     Walks the prefixes H_k in order, keeping their running sums — q(H), Σ q², Σ q^j/(1 − q)
     for j = 1, 2, 3, the drawable tokens — and the n − 1 largest masses of H (T_i sums the
     first i), with what depends on them alone (the rooms 1 − T_i and their inverses, ``_tops``)
-    recomputed only when they change; r = q(H^c) is summed from the tail. 1 − q(x) is the
-    mass of the other tokens, the largest token's summed explicitly
+    recomputed only when they change and a bound needs them; r = q(H^c) is summed from the
+    tail. 1 − q(x) is the mass of the other tokens, the largest token's summed explicitly
     (``probability.largest_and_the_rest``). A token with
     1 − q(x) = 0 makes the moments infinite or NaN from its prefix on, and both bounds there
     [0, 1] (the race decides).
-    # [vocab], int, [vocab + 1] -> writes [vocab + 1] x2"""
+    # [vocab], int, [vocab + 1], [vocab + 1] or [0] -> writes [vocab + 1] x2"""
     size = draft.size
     total, largest_token, others_of_largest = largest_and_the_rest(draft)
     rest = np.empty(size + 1)  # r_k = q(H_k^c), from the tail: exactly 0 for the whole vocabulary
     rest[size] = 0.0
     for k in range(size - 1, -1, -1):
         rest[k] = rest[k + 1] + draft[k]
+    if target_inside.size == size + 1:
+        evaluated = _coarse_bounds(draft, n, pair_mass, rest, target_inside, lower, upper)
+    else:
+        evaluated = np.ones(size + 1, dtype=np.bool_)
     top = np.zeros(n - 1)  # the n − 1 largest masses of H, descending, 0 where H has fewer
     rooms, inverses = np.zeros(n), np.zeros(n)  # 1 − T_i − slack (i ≥ 3), 1 − (T_2 + slack); inverses (_tops)
     two_largest = 0.0  # T_2 + slack
@@ -175,38 +188,39 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
     drawable = 0
     top_moved = True
     for k in range(size + 1):
-        if top_moved:  # what depends on the largest masses only: the rooms' divisions leave the loop
-            two_largest = _tops(top, rooms, inverses)
-            top_moved = False
-        high_rest, low_rest = rest[k] * (1.0 + 1e-12), rest[k] * (1.0 - 1e-12)
-        terms_0, terms_1, terms_2 = inside * weighted_2, 2.0 * weighted_3, squares * weighted_1
-        drawn = terms_0 - terms_1 + terms_2  # E[(q(x1) + q(x2)); x1, x2 ∈ H]
-        spread = terms_0 + terms_1 + terms_2
-        mass = pair_mass[k]
-        mean_low = mean_high = 0.0
-        if mass > 0:
-            per_mass = 1.0 / mass
-            mean_low, mean_high = _at_least_zero(drawn - 1e-10 * spread) * per_mass, _at_least_zero(
-                drawn + 1e-10 * spread) * per_mass
-        later = 1.0  # Π_{3≤i<n} f(T_i)
-        for i in range(3, n):
-            later *= _next_in(high_rest, rooms[i], inverses[i])
-        room_at_mean = 1.0 - mean_low
-        next_at_mean = _next_in(low_rest, room_at_mean, 1.0 / room_at_mean)
-        concave = (n - 1) * high_rest <= 2.0 * (1.0 - two_largest)
-        upper_k = mass * next_at_mean * (next_at_mean if concave else 1.0 - low_rest) ** (n - 3) + BOUND_SLACK
-        at_zero, at_two = _next_in(high_rest, 1.0, 1.0), _next_in(high_rest, rooms[2], inverses[2])  # f(0), f(T_2)
-        share = mean_high * inverses[0] if two_largest > 0 else 1.0
-        share = min(max(share, 0.0), 1.0) if share == share else share
-        lower_k = mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
-        if not (np.isfinite(lower_k) and np.isfinite(mean_high)):
-            lower_k = 0.0
-        if not (np.isfinite(upper_k) and np.isfinite(mean_low)):
-            upper_k = 1.0
-        if drawable < n or rest[k] <= 0:
-            lower[k] = upper[k] = 1.0 if drawable >= n else 0.0
-        else:
-            lower[k], upper[k] = min(max(lower_k, 0.0), 1.0), min(max(upper_k, 0.0), 1.0)
+        if evaluated[k]:
+            if top_moved:  # what depends on the largest masses only: the rooms' divisions leave the loop
+                two_largest = _tops(top, rooms, inverses)
+                top_moved = False
+            high_rest, low_rest = rest[k] * (1.0 + 1e-12), rest[k] * (1.0 - 1e-12)
+            terms_0, terms_1, terms_2 = inside * weighted_2, 2.0 * weighted_3, squares * weighted_1
+            drawn = terms_0 - terms_1 + terms_2  # E[(q(x1) + q(x2)); x1, x2 ∈ H]
+            spread = terms_0 + terms_1 + terms_2
+            mass = pair_mass[k]
+            mean_low = mean_high = 0.0
+            if mass > 0:
+                per_mass = 1.0 / mass
+                mean_low, mean_high = _at_least_zero(drawn - 1e-10 * spread) * per_mass, _at_least_zero(
+                    drawn + 1e-10 * spread) * per_mass
+            later = 1.0  # Π_{3≤i<n} f(T_i)
+            for i in range(3, n):
+                later *= _next_in(high_rest, rooms[i], inverses[i])
+            room_at_mean = 1.0 - mean_low
+            next_at_mean = _next_in(low_rest, room_at_mean, 1.0 / room_at_mean)
+            concave = (n - 1) * high_rest <= 2.0 * (1.0 - two_largest)
+            upper_k = mass * next_at_mean * (next_at_mean if concave else 1.0 - low_rest) ** (n - 3) + BOUND_SLACK
+            at_zero, at_two = _next_in(high_rest, 1.0, 1.0), _next_in(high_rest, rooms[2], inverses[2])  # f(0), f(T_2)
+            share = mean_high * inverses[0] if two_largest > 0 else 1.0
+            share = min(max(share, 0.0), 1.0) if share == share else share
+            lower_k = mass * (at_zero - (at_zero - at_two) * share) * later - BOUND_SLACK
+            if not (np.isfinite(lower_k) and np.isfinite(mean_high)):
+                lower_k = 0.0
+            if not (np.isfinite(upper_k) and np.isfinite(mean_low)):
+                upper_k = 1.0
+            if drawable < n or rest[k] <= 0:
+                lower[k] = upper[k] = 1.0 if drawable >= n else 0.0
+            else:
+                lower[k], upper[k] = min(max(lower_k, 0.0), 1.0), min(max(upper_k, 0.0), 1.0)
         if k == size:
             break
         value = draft[k]  # H_{k+1} = H_k + token k
@@ -217,13 +231,79 @@ def _mass_bounds_row(draft, n, pair_mass, lower, upper):
         weighted_2 += value * value * per_spread
         weighted_3 += value * value * value * per_spread
         drawable += value > 0
-        if value > top[n - 2]:  # insert into the descending n − 1 largest
-            slot = n - 2
-            while slot > 0 and top[slot - 1] < value:
-                top[slot] = top[slot - 1]
-                slot -= 1
-            top[slot] = value
+        if value > top[n - 2]:
+            _insert_descending(top, value)
             top_moved = True
+
+
+@compiled(error_model="numpy")
+def _coarse_bounds(draft, n, pair_mass, rest, target_inside, lower, upper):
+    """Coarser bounds than ``race_mass_bounds``', at every prefix, written into ``lower``
+    and ``upper``, and the prefixes where the finer ones are needed (returned): those that
+    can minimise p(H) − Q(H) by the coarse bounds.
+
+    Coarse: Q ≥ Q_2·Π_{2≤i<n} f(T_i) (the fine lower bound's chord at least f(T_2)) and
+    Q ≤ Q_2·q(H)^{n−2} (each later draw lands in H with probability at most q(H)), from the
+    same rounded r, rooms and inverses as the fine bounds, moved out by 2·``BOUND_SLACK``:
+    coarse lower ≤ fine lower and coarse upper ≥ fine upper as computed (products of factors
+    ≤ 1 that differ by a few ulps), and exact where those are.
+    So the smallest p − lower over the mixed bounds is the fine one (a minimiser of p − fine
+    lower has p − coarse upper below the smallest p − coarse lower, so its prefix is
+    evaluated), and a prefix left out has p − coarse upper above the coarse ceiling + 2·margin,
+    so p − fine upper is above the fine one + margin: the scan keeps the same prefixes.
+    Where the fine bounds give up (a non-finite moment or mass: [0, 1]) the coarse ones are
+    still bounds, and the scan may keep fewer prefixes, never a non-minimiser's only.
+    # [vocab], int, [vocab + 1] x3, writes [vocab + 1] x2 -> [vocab + 1] bool"""
+    size = draft.size
+    top = np.zeros(n - 1)
+    rooms, inverses = np.zeros(n), np.zeros(n)
+    drawable = 0
+    top_moved = True
+    ceiling, unknown = np.inf, False
+    for k in range(size + 1):
+        if drawable < n or rest[k] <= 0:
+            lower[k] = upper[k] = 1.0 if drawable >= n else 0.0
+        else:
+            if top_moved:
+                _tops(top, rooms, inverses)
+                top_moved = False
+            high_rest, low_rest = rest[k] * (1.0 + 1e-12), rest[k] * (1.0 - 1e-12)
+            mass = pair_mass[k]
+            lower_k = mass * _next_in(high_rest, rooms[2], inverses[2])
+            for i in range(3, n):
+                lower_k *= _next_in(high_rest, rooms[i], inverses[i])
+            lower_k -= 2.0 * BOUND_SLACK
+            inside_share = min(max(1.0 - low_rest, 0.0), 1.0)
+            upper_k = mass * inside_share
+            for _ in range(n - 3):
+                upper_k *= inside_share
+            upper_k += 2.0 * BOUND_SLACK
+            lower[k] = min(max(lower_k, 0.0), 1.0) if np.isfinite(lower_k) else 0.0
+            upper[k] = min(max(upper_k, 0.0), 1.0) if np.isfinite(upper_k) else 1.0
+        gap = target_inside[k] - lower[k]
+        if gap < ceiling:
+            ceiling = gap
+        unknown |= gap != gap  # a NaN p(H): every prefix is evaluated
+        if k < size:
+            value = draft[k]
+            drawable += value > 0
+            if value > top[n - 2]:
+                _insert_descending(top, value)
+                top_moved = True
+    evaluated = np.empty(size + 1, dtype=np.bool_)
+    for k in range(size + 1):
+        evaluated[k] = unknown or not target_inside[k] - upper[k] > ceiling + 2.0 * PRUNING_MARGIN
+    return evaluated
+
+
+@compiled
+def _insert_descending(top, value):
+    """Insert ``value`` into ``top`` (descending), dropping its smallest entry."""
+    slot = top.size - 1
+    while slot > 0 and top[slot - 1] < value:
+        top[slot] = top[slot - 1]
+        slot -= 1
+    top[slot] = value
 
 
 @compiled

@@ -250,10 +250,11 @@ def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | Non
     (``[rows, vocab] -> [rows, vocab + 1]``); it is the draft scheme's own formula. Rows go
     in blocks of ``SCAN_ROW_BLOCK``.
 
-    With ``mass_bounds`` (ordered draft rows -> lower, upper bounds on Q, both [rows, vocab + 1])
-    only the prefixes that can minimise are computed exactly: every gap is at most
-    p(H_k) − lower_k, so a prefix with p(H_k) − upper_k above the smallest of those (by more
-    than rounding, ``PRUNING_MARGIN``) is not a minimiser. ``all_in_mass`` then takes the
+    With ``mass_bounds`` (ordered draft rows and p(H_k) [rows, vocab + 1] -> lower, upper
+    bounds on Q, both [rows, vocab + 1]; p lets it spare its finer bounds where coarser ones
+    rule a prefix out) only the prefixes that can minimise are computed exactly: every gap
+    is at most p(H_k) − lower_k, so a prefix with p(H_k) − upper_k above the smallest of
+    those (by more than rounding, ``PRUNING_MARGIN``) is not a minimiser. ``all_in_mass`` then takes the
     mask of the prefixes to compute as a second argument (others may be NaN).
     # rows: RowPairs [batch, vocab] -> OptimalAcceptance ([batch], [batch, vocab])
     """
@@ -266,7 +267,7 @@ def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | Non
             needed = np.ones(inside.shape, dtype=bool)
             mass = all_in_mass(ordered_draft)
         else:
-            lower, upper = mass_bounds(ordered_draft)
+            lower, upper = mass_bounds(ordered_draft, inside)
             needed = can_minimise(inside, np.ascontiguousarray(lower, dtype=np.float64),
                                   np.ascontiguousarray(upper, dtype=np.float64))
             mass = all_in_mass(ordered_draft, needed)

@@ -85,7 +85,8 @@ class WithoutReplacement(DraftScheme):
             rows,
             lambda ordered, needed: np.stack([race_all_in_mass(row, num_drafts, mask)
                                               for row, mask in zip(ordered, needed)]),
-            mass_bounds=lambda ordered: race_mass_bounds(ordered, num_drafts, self.all_in_mass(ordered, 2)),
+            mass_bounds=lambda ordered, inside: race_mass_bounds(ordered, num_drafts, self.all_in_mass(ordered, 2),
+                                                                 inside),
         )
 
 
