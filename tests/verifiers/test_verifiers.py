@@ -6,8 +6,11 @@ Yin's Thm 5 for the ε-biased rules, bad-input errors, and the edge cases of iss
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
+from edge_cases import distribution_pairs
 from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.drafts import optimal_acceptance_bruteforce
 from specbound.drafts import get_draft_scheme
@@ -414,3 +417,17 @@ def test_optimal_verifier_law_beside_a_rare_draft_tuple():
     laws = verifier.output_law(np.tile(target, (len(tuples), 1)), np.tile(draft, (len(tuples), 1)), tuples)
     np.testing.assert_allclose(laws.sum(axis=1), 1.0, atol=1e-9, rtol=0)
     np.testing.assert_allclose(tuple_probs @ laws, target, atol=1e-9, rtol=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pair=distribution_pairs(max_vocab=300), num_drafts=st.sampled_from([0, 1, 2, 3, 6]), batch=st.integers(1, 3))
+def test_rrs_acceptance_is_numpys_unaccepted_mass_bit_for_bit(pair, num_drafts, batch):
+    """The compiled |u^{M+1}| of RRS with i.i.d. drafts (``unaccepted_totals``, two passes a
+    draft) is numpy's ``unaccepted_mass(...).sum(-1)`` bit for bit, rows of zeros, ties and
+    subnormal masses included, a row at a time or several."""
+    from specbound.verifiers.rrs import unaccepted_mass, unaccepted_totals
+
+    target, draft = (np.tile(row / row.sum(), (batch, 1)) for row in pair)
+    draft[1:] = np.roll(draft[1:], 1, axis=1)  # other rows, other pairs
+    expected = unaccepted_mass(target, draft, num_drafts).sum(axis=-1)
+    np.testing.assert_array_equal(unaccepted_totals(target, draft, num_drafts), expected)

@@ -22,7 +22,9 @@ import math
 import numpy as np
 import torch
 
-from specbound.probability import normalize_mass, normalize_mass_torch, sample_from, sample_from_torch, take, zeroed
+from specbound.compiled import compiled
+from specbound.probability import (normalize_mass, normalize_mass_torch, pairwise_sum, sample_from, sample_from_torch,
+                                     take, zeroed)
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 from specbound.verifiers.rrs_exact import rrs_without_replacement_acceptance
 
@@ -48,6 +50,27 @@ def unaccepted_mass(target_probs: np.ndarray, draft_probs: np.ndarray, num_draft
     for _ in range(int(num_drafts)):
         mass = np.maximum(mass - mass.sum(axis=-1, keepdims=True) * draft_probs, 0.0)
     return mass
+
+
+@compiled(error_model="numpy")
+def unaccepted_totals(target, draft, num_drafts):
+    """|``unaccepted_mass``| per row, bit for bit as numpy computes it (each step's mass
+    summed in numpy's order, ``probability.pairwise_sum``, then u − |u|·q clipped at 0 as
+    ``np.maximum`` clips, NaN and −0 kept), in two passes a draft instead of numpy's five
+    with their temporaries. # [batch, vocab] x2, int -> [batch]"""
+    batch, size = target.shape
+    totals = np.empty(batch)
+    mass = np.empty(size)
+    for row in range(batch):
+        for token in range(size):
+            mass[token] = target[row, token]
+        for _ in range(num_drafts):
+            total = pairwise_sum(mass, 0, size)
+            for token in range(size):
+                value = mass[token] - total * draft[row, token]
+                mass[token] = 0.0 if value < 0.0 else value
+        totals[row] = pairwise_sum(mass, 0, size)
+    return totals
 
 
 def _rrs_steps(target, draft, tokens, without_replacement, decide):
@@ -134,6 +157,9 @@ class RecursiveRejection(Verifier):
     def _acceptance_rate(self, target, draft, num_drafts):
         if self.without_replacement:
             return np.array([rrs_without_replacement_acceptance(t, d, num_drafts) for t, d in zip(target, draft)])
+        if isinstance(target, np.ndarray) and target.ndim == 2 and num_drafts != math.inf:
+            return 1.0 - unaccepted_totals(np.ascontiguousarray(target, dtype=np.float64),
+                                           np.ascontiguousarray(draft, dtype=np.float64), int(num_drafts))
         return 1.0 - unaccepted_mass(target, draft, num_drafts).sum(axis=-1)
 
 
