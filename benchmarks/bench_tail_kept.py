@@ -38,7 +38,8 @@ def kept_counts(files: list[Path], counts: list[int], budget: float) -> dict[int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=Path, nargs="+", required=True, help="files of bench_study_real_rows --save-rows")
+    parser.add_argument("--rows", type=Path, nargs="+", required=True,
+                        help="files of bench_study_real_rows --save-rows")
     parser.add_argument("--num-drafts", type=lambda text: [int(x) for x in text.split(",")], default=[2, 3, 4, 6])
     parser.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET)
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")

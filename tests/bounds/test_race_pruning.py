@@ -3,7 +3,7 @@ Q(H) from the n = 2 closed form bracket the exact Q, the race on chosen prefixes
 the race on every prefix, and the pruned optimum equals the full scan."""
 
 import warnings
-from math import comb
+from math import comb, perm
 
 import numpy as np
 import pytest
@@ -83,6 +83,35 @@ def test_pruned_scan_equals_the_full_scan(rows, num_drafts):
     ordered = np.concatenate([draft[0][subset], draft[0][~subset]])  # H* is a prefix: its own order is free
     mass = race_all_in_mass(ordered, num_drafts)[subset.sum()]
     assert abs(1.0 + target[0][subset].sum() - mass - pruned.acceptance[0]) <= RACE_ACCURACY
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=vocabulary_rows(), num_drafts=st.sampled_from([3, 4, 6]), exact=st.booleans())
+def test_fine_bounds_only_where_coarse_ones_leave_a_chance_keep_the_same_prefixes(rows, num_drafts, exact):
+    """With p(H_k) the bounds are fine only where coarse ones cannot rule a prefix out: the
+    prefix scan keeps exactly the prefixes it keeps with the fine bounds everywhere, and the
+    mixed bounds still bracket Q (the race's, or on V ≤ 7 the enumeration's)."""
+    from specbound.bounds.subset import can_minimise
+
+    target, draft = rows
+    if exact:  # small enough to enumerate the draws
+        target, draft = target[:7] / target[:7].sum(), draft[:7] / draft[:7].sum()
+    if np.count_nonzero(draft) < num_drafts:
+        return
+    checked = RowPairs.checked(target[None], draft[None])
+    ordered, inside = checked.draft_in_scan_order, checked.target_inside
+    pairs = WITHOUT.all_in_mass(ordered, 2)
+    fine_lower, fine_upper = race_mass_bounds(ordered, num_drafts, pairs)
+    lower, upper = race_mass_bounds(ordered, num_drafts, pairs, inside)
+    np.testing.assert_array_equal(can_minimise(inside, lower, upper), can_minimise(inside, fine_lower, fine_upper))
+    assert np.min(inside - lower) == np.min(inside - fine_lower)  # the scan's ceiling, bit for bit
+    exact_mass = (without_replacement_prefix_mass(ordered[0], num_drafts) if exact
+                  else race_all_in_mass(ordered[0], num_drafts))
+    # the enumeration sums every ordered draw: each product of n + 1 roundings, so its own error is
+    # below (draws)·(n + 2)·eps (1.1e-15 seen at H = everything, where the bounds are exactly 1)
+    draws = perm(np.count_nonzero(draft), num_drafts)
+    tolerance = draws * (num_drafts + 2) * np.finfo(float).eps if exact else RACE_ACCURACY
+    assert np.all(lower[0] <= exact_mass + tolerance) and np.all(exact_mass <= upper[0] + tolerance)
 
 
 def test_mass_bounds_are_tight_on_a_uniform_draft():

@@ -161,15 +161,15 @@ def level_masses(target, draft, factors, budget, ends):
     start = 0
     for stop in ends:
         for token in range(start, stop):
-            target_mass, draft_mass = target[token], draft[token]
+            target_value, draft_value = target[token], draft[token]
             for index in range(factors.size):
-                weight[0] = token_weight(target_mass, draft_mass, factors[index])
+                weight[0] = token_weight(target_value, draft_value, factors[index])
                 if not weight[0] <= budget:
                     break
                 if weight[0] > 0:
                     level = weight_bits[0] >> np.uint64(LEVEL_SHIFT)
-                    masses[level, index, 0] += target_mass
-                    masses[level, index, 1] += draft_mass
+                    masses[level, index, 0] += target_value
+                    masses[level, index, 1] += draft_value
         start = max(start, stop + 1)
     return masses
 
@@ -217,7 +217,7 @@ def scan_guesses(cuts: dict[int, TailCut], target: np.ndarray, draft: np.ndarray
     for every cut (each sorted alone) past 64 cuts.
     # {n: TailCut [kept]}, [vocab] x2 -> {n: [1, kept] int or None}"""
     marks = next((np.zeros(target.size, dtype=kind) for kind in MARK_TYPES if np.iinfo(kind).bits >= len(cuts)), None)
-    if marks is None:
+    if marks is None or not cuts:
         return {count: None for count in cuts}
     tokens = [cut.tokens for cut in cuts.values()]
     union, members = union_members(np.concatenate(tokens), np.cumsum([0] + [len(kept) for kept in tokens]), marks)

@@ -289,11 +289,12 @@ def _tail_blocks(studies: list[StudyResults]) -> list:
         return []
     return [Paragraph(
         "Before the exact computations each row pair drops its lightest tokens (weight p + F·q, "
-        "F = Σ_{i<n} 1/(1 − S_i)), renormalised, while B = δp + δq·F stays within a budget (δ: dropped masses, S_i: "
-        "mass of the draft’s i largest tokens, one cut per number of drafts n). Σ min(p, q) and every α* move by at "
-        "most B (proof in `specbound.bounds.tail`); the tests check B for the verifiers too. At the default "
-        "budget 10⁻⁶ and n = 3 it keeps 30,000 of 151,936 tokens per row on average on the llama.cpp backend's "
-        "float32 rows (443 MMLU positions, `benchmarks/results/study_hu2025/tail_kept_tokens_amx_xeon.json`). "
+        "F = Σ_{i<n} 1/(1 − S_i)), renormalised, while B = δp + δq·F stays within a budget (δ: dropped masses, "
+        "S_i: mass of the draft’s i largest tokens, one cut per number of drafts n). Σ min(p, q) and every α* "
+        "move by at most B (proof in `specbound.bounds.tail`); the tests check B for the verifiers too. At the "
+        "default budget 10⁻⁶ and n = 3 it keeps 30,000 of 151,936 tokens per row on average on the llama.cpp "
+        "backend's float32 rows (443 MMLU positions, "
+        "`benchmarks/results/study_hu2025/tail_kept_tokens_amx_xeon.json`). "
         "Per position:"
     ), Bullets(lines)]
 

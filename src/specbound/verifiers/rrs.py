@@ -157,9 +157,9 @@ class RecursiveRejection(Verifier):
     def _acceptance_rate(self, target, draft, num_drafts):
         if self.without_replacement:
             return np.array([rrs_without_replacement_acceptance(t, d, num_drafts) for t, d in zip(target, draft)])
-        if isinstance(target, np.ndarray) and target.ndim == 2 and num_drafts != math.inf:
-            return 1.0 - unaccepted_totals(np.ascontiguousarray(target, dtype=np.float64),
-                                           np.ascontiguousarray(draft, dtype=np.float64), int(num_drafts))
+        if (num_drafts != math.inf and all(isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.dtype == np.float64
+                                           for rows in (target, draft))):  # checked rows: numpy's sums, compiled
+            return 1.0 - unaccepted_totals(np.ascontiguousarray(target), np.ascontiguousarray(draft), int(num_drafts))
         return 1.0 - unaccepted_mass(target, draft, num_drafts).sum(axis=-1)
 
 
