@@ -252,7 +252,8 @@ def _coarse_bounds(draft, n, pair_mass, rest, target_inside, lower, upper):
     evaluated), and a prefix left out has p − coarse upper above the coarse ceiling + 2·margin,
     so p − fine upper is above the fine one + margin: the scan keeps the same prefixes.
     Where the fine bounds give up (a non-finite moment or mass: [0, 1]) the coarse ones are
-    still bounds, and the scan may keep fewer prefixes, never a non-minimiser's only.
+    still bounds, so the scan may keep fewer prefixes there, but never drops one that can
+    minimise.
     # [vocab], int, [vocab + 1] x3, writes [vocab + 1] x2 -> [vocab + 1] bool"""
     size = draft.size
     top = np.zeros(n - 1)
