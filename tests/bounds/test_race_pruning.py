@@ -107,10 +107,11 @@ def test_fine_bounds_only_where_coarse_ones_leave_a_chance_keep_the_same_prefixe
     assert np.min(inside - lower) == np.min(inside - fine_lower)  # the scan's ceiling, bit for bit
     exact_mass = (without_replacement_prefix_mass(ordered[0], num_drafts) if exact
                   else race_all_in_mass(ordered[0], num_drafts))
-    # the enumeration sums every ordered draw: each product of n + 1 roundings, so its own error is
-    # below (draws)·(n + 2)·eps (1.1e-15 seen at H = everything, where the bounds are exactly 1)
-    draws = perm(np.count_nonzero(draft), num_drafts)
-    tolerance = draws * (num_drafts + 2) * np.finfo(float).eps if exact else RACE_ACCURACY
+    # the enumeration's own rounding: each draw's probability is n quotients of sums of ≤ V
+    # masses (relative error ≤ n·(V + 2)·u, weighted by probabilities that sum to ≤ 1), and
+    # summing the draws adds ≤ draws·u: 1.1e-15 seen at H = everything, where the bounds are 1
+    vocab, draws = np.count_nonzero(draft), perm(np.count_nonzero(draft), num_drafts)
+    tolerance = (num_drafts * (vocab + 2) + draws) * np.finfo(float).eps if exact else RACE_ACCURACY
     assert np.all(lower[0] <= exact_mass + tolerance) and np.all(exact_mass <= upper[0] + tolerance)
 
 

@@ -387,13 +387,8 @@ def _nth_largest_before(values, ends, n):
     nth, position = np.empty(ends.size), 0
     for window in range(ends.size):
         while position < ends[window]:
-            value = values[position]
-            if value > largest[n - 1]:
-                slot = n - 1
-                while slot > 0 and largest[slot - 1] < value:
-                    largest[slot] = largest[slot - 1]
-                    slot -= 1
-                largest[slot] = value
+            if values[position] > largest[n - 1]:
+                _insert_descending(largest, values[position])
             position += 1
         nth[window] = largest[n - 1]
     return nth

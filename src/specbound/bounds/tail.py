@@ -73,7 +73,7 @@ def tail_factor(draft: np.ndarray, num_drafts: int) -> float:
 
 def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> dict[int, TailCut]:
     """The cut of one row pair for every n of ``counts``: drop the lightest tokens
-    (w = p + F_n·q, ``weights_of``) while B = Σ_dropped w = δp + δq·F_n ≤ ``budget``;
+    (w = p + F_n·q, ``token_weight``) while B = Σ_dropped w = δp + δq·F_n ≤ ``budget``;
     renormalise.
 
     Tokens are dropped by levels of w, a 16th of an octave each (all below the highest
@@ -104,7 +104,7 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         factor = factors[count]
         target_mass, draft_mass = masses[:, ascending.index(count)].T
         free = largest[count:][largest[count:] != protected[0]]  # the draft tokens free at n only
-        free_weight = weights_of(target[free], draft[free], factor)
+        free_weight = token_weight(target[free], draft[free], factor)
         droppable = (free_weight > 0) & (free_weight <= budget)
         extra, extra_level = free[droppable], level_of(free_weight[droppable])
         weights = target_mass + factor * draft_mass
@@ -124,16 +124,11 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     return cuts
 
 
-def weights_of(target: np.ndarray, draft: np.ndarray, factor: float) -> np.ndarray:
-    """w = p + F·q per token, a token's share of B (F finite: ``tail_factors`` caps each
-    1/(1 − S_i) at 1e300, so a token without draft mass weighs its p); ``token_weight``
-    elementwise. # [tokens] x2, float -> [tokens]"""
-    return target + factor * draft
-
-
 @compiled
 def token_weight(target, draft, factor):
-    """p + F·q (``weights_of``)."""
+    """A token's weight w = p + F·q, its share of B, for floats or arrays alike (F is finite:
+    ``tail_factors`` caps each 1/(1 − S_i) at 1e300, so a token without draft mass weighs
+    its p). # float or [tokens] x2, float -> the same"""
     return target + factor * draft
 
 

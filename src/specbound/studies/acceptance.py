@@ -22,7 +22,7 @@ drafts n, all n from one pass over the row. On the default pair at T = 0.7, n = 
 keeps 30,000 of 151,936 tokens per row on average (63–137,710) on the llama.cpp backend's
 float32 rows (443 positions of four MMLU prompts, ``benchmarks/results/study_hu2025/
 tail_kept_tokens_amx_xeon.json``), about two thousand on the torch backend's bf16-rounded
-ones (measured when the cut went by max(p, q), which keeps more). ``tail_budget = 0``
+ones (measured when the cut went by max(p, q)). ``tail_budget = 0``
 drops only tokens where p = q = 0: exact. B and the dropped masses are recorded per
 position.
 
