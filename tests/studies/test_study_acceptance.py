@@ -323,6 +323,23 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
         np.testing.assert_array_equal(tails, alone[0])
         assert {method: list(values) for method, values in acceptance.items()} == alone[1]
         assert missing == alone[2] and list(missing) == ["rrs_without_replacement"]
+    # RRS without replacement at n = 4, which a row can refuse by estimate: the pool's first round
+    # only estimates it; where no row refuses it, the second round computes it; where a later row
+    # does, no row computes it and the reason is that row's, as in one process
+    rng = np.random.default_rng(2)
+    agreeing = rng.dirichlet(np.full(2000, 0.1), size=3)
+    boosted = agreeing * np.where(np.arange(2000) < 30, 1.5, 1.0)  # 30 rejectable tokens
+    boosted /= boosted.sum(axis=1, keepdims=True)
+    for target_rows, draft_rows, computed in ((agreeing, boosted, True),
+                                              (np.r_[agreeing[:2], rows[0, :1]], np.r_[boosted[:2], rows[1, :1]], False)):
+        exact = study._pool.exact(methods, [4, 6], study.tail_budget, target_rows, draft_rows)
+        alone = unit_exact_part(methods, [4, 6], study.tail_budget, target_rows, draft_rows)
+        for num_drafts in (4, 6):
+            np.testing.assert_array_equal(exact[num_drafts][0], alone[num_drafts][0])
+            assert {method: list(values) for method, values in exact[num_drafts][1].items()} == alone[num_drafts][1]
+            assert exact[num_drafts][2] == alone[num_drafts][2]
+        assert ("rrs_without_replacement" in exact[4][1]) == computed
+        assert list(exact[4][1]) == methods if computed else list(exact[4][2]) == ["rrs_without_replacement"]
     # collected, the pool stops and joins its workers and releases its block
     workers, name = list(study._pool.executor._processes.values()), study._pool.blocks[0].name
     study._pool = None

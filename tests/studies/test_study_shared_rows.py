@@ -60,3 +60,32 @@ def test_a_method_refused_at_one_row_is_left_out_at_every_row():
                                             [(rows[0, 0], rows[0, 1]), (rows[1, 0], rows[1, 1])], 6)
     assert "rrs_without_replacement" in missing and list(acceptance) == ["single"]
     assert len(acceptance["single"]) == 2
+
+
+def test_a_method_refused_by_estimate_is_computed_at_no_row(monkeypatch):
+    """RRS without replacement at n = 4 refuses a row by its work estimate; a value computed
+    at an earlier row would be thrown away, so every row is estimated before any is
+    computed: no row computes it, and the reason is the refused row's own."""
+    import specbound.verifiers.rrs as rrs
+
+    rng = np.random.default_rng(3)
+    agreeing = rng.dirichlet(np.ones(40))  # nothing to reject: the estimate lets it through
+    refused = rng.dirichlet(np.ones(2000), size=2)  # ~1,000 rejectable tokens: ~200 s estimated
+    pairs = [(agreeing, agreeing), (refused[0], refused[1]), (agreeing, agreeing)]
+    reason = rrs.recursion_refusal(refused[0], refused[1], 4)
+    assert reason is not None and rrs.recursion_refusal(agreeing, agreeing, 4) is None
+    expected = own_computation("rrs_without_replacement", agreeing, agreeing, 4)
+    computed = []
+    original = rrs.rrs_without_replacement_acceptance
+    monkeypatch.setattr(rrs, "rrs_without_replacement_acceptance",
+                        lambda *args: computed.append(args) or original(*args))
+    acceptance, missing = exact_acceptances(["rrs_without_replacement", "single"], pairs, 4)
+    assert computed == [] and missing == {"rrs_without_replacement": reason}
+    assert list(acceptance) == ["single"] and len(acceptance["single"]) == 3
+    # where no row is refused, every row is computed, as the method alone computes it
+    acceptance, missing = exact_acceptances(["rrs_without_replacement"], pairs[::2], 4)
+    assert missing == {} and len(computed) == 2
+    assert acceptance["rrs_without_replacement"] == [expected] * 2
+    # deferred (the pool's first round): estimated at every row, computed at none
+    acceptance, missing = exact_acceptances(["rrs_without_replacement", "single"], pairs[::2], 4, defer=True)
+    assert missing == {"rrs_without_replacement": None} and list(acceptance) == ["single"] and len(computed) == 2

@@ -5,7 +5,7 @@ min-sum curve is the function it claims to be."""
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from edge_cases import distribution_pairs
@@ -14,6 +14,7 @@ from specbound.verifiers import rrs_exact as rrs_acceptance
 from specbound.verifiers.rrs_exact import (
     _recursive_acceptance,
     min_sum_curve,
+    recursion_refusal,
     rrs_without_replacement_acceptance,
     three_draft_bounds,
 )
@@ -241,6 +242,38 @@ def test_the_n4_recursion_is_refused_by_its_time_not_its_branch_count():
         rrs_without_replacement_acceptance(target, draft, 4)
     assert rrs_acceptance.recursion_seconds(447, 1000, 4) > rrs_acceptance.RECURSION_SECONDS_LIMIT
     assert rrs_acceptance.recursion_seconds(10**6, 10, 10**20) == np.inf  # no float overflow, no loop
+
+
+@settings(max_examples=60, deadline=None)
+@given(distribution_pairs(max_vocab=9), st.integers(2, 6), st.sampled_from((1e-9, 1e-5, 1e-3, 20.0)))
+def test_the_recursions_estimate_refuses_exactly_the_rows_the_computation_refuses(pair, num_drafts, limit):
+    """``recursion_refusal`` (what the studies ask every row before computing any) is the
+    computation's own refusal: the same message where it refuses, no refusal where the
+    computation gives a value. Limits from 1e-9 s (every n ≥ 4 row refused) to the
+    default mix both kinds of row. Rows have at least n drafts' tokens, as every caller gives
+    them (``DraftScheme.effective_num_drafts``)."""
+    target, draft = pair
+    assume(np.count_nonzero(draft) >= num_drafts)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rrs_acceptance, "RECURSION_SECONDS_LIMIT", limit)
+        reason = recursion_refusal(target, draft, num_drafts)
+        try:
+            rrs_without_replacement_acceptance(target, draft, num_drafts)
+        except rrs_acceptance.WorkLimitError as error:
+            split = rrs_acceptance._rest_off_the_largest(draft, num_drafts - 1) < rrs_acceptance.SMALLEST_REST
+            assert reason == str(error) or (reason is None and split)  # a split row's branches decide alone
+        else:
+            assert reason is None
+    if num_drafts < 4:
+        assert reason is None
+
+
+def test_the_recursions_estimate_names_the_rows_rejectable_tokens():
+    target = np.full(1000, 1 / 1000)
+    draft = np.r_[np.full(447, 1.5), np.full(553, 1.0)]
+    draft /= draft.sum()
+    assert "447 rejectable tokens, V = 1,000" in recursion_refusal(target, draft, 4)
+    assert recursion_refusal(target, target, 4) is None  # nothing to reject: the recursion is one level
 
 
 def _zipf_like_row(rng, vocab_size):

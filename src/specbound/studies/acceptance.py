@@ -67,7 +67,7 @@ from specbound.engine import Processing
 from specbound.engine.methods import autoregressive, chain
 from specbound.models.pair import ModelPair
 from specbound.studies.acceptance_methods import (acceptance_methods, attained_optimum, method_acceptance,
-                                                   method_acceptance_of)
+                                                   method_acceptance_of, method_refusal_of, refuses_by_estimate)
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
@@ -237,10 +237,13 @@ class AcceptanceStudy(Study):
         return acceptance_report(studies, figure_dir)  # one table across datasets
 
 
-def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
+def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows, defer=False,
+                    only=None) -> dict[int, tuple[np.ndarray, dict, dict]]:
     """``AcceptanceStudy.exact`` for rows in one process: each row's tail cut for every n
     of ``counts``, then every method at each n. The tokens any of a row's cuts keeps are
     sorted by p/q once, each cut's scan order read from that sort (``bounds.tail.scan_guesses``).
+    ``defer`` and ``only``: the two rounds of ``ExactPool`` (``exact_acceptances``' ``defer``;
+    ``only``, a set of (method, n): those alone are computed, the others left out).
     # [positions, vocab] x2"""
     cuts = [cut_tails(target, draft, tail_budget, counts) for target, draft in zip(target_rows, draft_rows)]
     guesses = [scan_guesses(row_cuts, target, draft)
@@ -249,8 +252,9 @@ def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows) -> di
     for num_drafts in counts:
         rows = [row_cuts[num_drafts] for row_cuts in cuts]
         tails = np.array([[cut.dropped_target, cut.dropped_draft, cut.bound] for cut in rows]).reshape(len(rows), 3)
-        exact[num_drafts] = (tails, *exact_acceptances(methods, [(cut.target, cut.draft) for cut in rows], num_drafts,
-                                                       [row_guesses[num_drafts] for row_guesses in guesses]))
+        computed = methods if only is None else [method for method in methods if (method, num_drafts) in only]
+        exact[num_drafts] = (tails, *exact_acceptances(computed, [(cut.target, cut.draft) for cut in rows], num_drafts,
+                                                       [row_guesses[num_drafts] for row_guesses in guesses], defer))
     return exact
 
 
@@ -294,25 +298,40 @@ class ExactPool:
         weakref.finalize(self, _shut_down, self.executor, self.blocks)
 
     def exact(self, methods, counts, tail_budget, target_rows, draft_rows) -> dict[int, tuple[np.ndarray, dict, dict]]:
-        """``unit_exact_part`` of the rows, computed by the workers.  # [positions, vocab] x2"""
+        """``unit_exact_part`` of the rows, computed by the workers, in two rounds: the first
+        computes every method but those a row can refuse by estimate, which it only
+        estimates (``exact_acceptances``' ``defer``: a task holds some of the rows, and a
+        value is thrown away once any row of the unit is refused); the second computes those
+        that no row refuses, from the same cuts (rare on real rows, most of which estimate
+        RRS without replacement at n ≥ 4 far past its limit: ~2e5 s a row at n = 4 in the
+        MMLU report).  # [positions, vocab] x2"""
         shape = (2, *np.shape(target_rows))
         rows = self._rows(shape)
         rows[0], rows[1] = target_rows, draft_rows
         del rows  # the block must export no buffer when it is replaced or released
-        tasks = [slice(start, start + POSITIONS_PER_TASK) for start in range(0, shape[1], POSITIONS_PER_TASK)]
-        parts = list(self.executor.map(
-            _shared_exact_part, [self.blocks[0].name] * len(tasks), [shape] * len(tasks), tasks,
-            [methods] * len(tasks), [counts] * len(tasks), [tail_budget] * len(tasks)))
-        exact = {}
-        for num_drafts in counts:
-            missing = {}  # as one process reports it: why the first position that has no value lacks it
-            for part in parts:
-                missing = part[num_drafts][2] | missing
-            tails = np.concatenate([part[num_drafts][0] for part in parts])
-            acceptance = {method: np.concatenate([part[num_drafts][1][method] for part in parts])
-                          for method in methods if method not in missing}
-            exact[num_drafts] = (tails, acceptance, missing)
+        parts = self._map(shape, methods, counts, tail_budget, True, None)
+        exact = {num_drafts: _joined(parts, num_drafts, methods) for num_drafts in counts}
+        pending = {(method, num_drafts) for num_drafts, (_, _, missing) in exact.items()
+                   for method, reason in missing.items() if reason is None}
+        if pending:
+            later = self._map(shape, methods, counts, tail_budget, False, pending)
+            for num_drafts, (tails, acceptance, missing) in exact.items():
+                _, computed, computed_missing = _joined(later, num_drafts, [m for m, n in pending if n == num_drafts])
+                acceptance.update(computed)
+                missing.update(computed_missing)
+                for method in computed:
+                    del missing[method]
+                exact[num_drafts] = (tails, {method: acceptance[method] for method in methods if method in acceptance},
+                                     missing)
         return exact
+
+    def _map(self, shape, methods, counts, tail_budget, defer, only) -> list:
+        """``_shared_exact_part`` of every task of ``POSITIONS_PER_TASK`` positions, in order."""
+        tasks = [slice(start, start + POSITIONS_PER_TASK) for start in range(0, shape[1], POSITIONS_PER_TASK)]
+        count = len(tasks)
+        return list(self.executor.map(_shared_exact_part, [self.blocks[0].name] * count, [shape] * count, tasks,
+                                      [methods] * count, [counts] * count, [tail_budget] * count, [defer] * count,
+                                      [only] * count))
 
     def _rows(self, shape) -> np.ndarray:
         """A float64 view of ``shape`` at the start of the block, which is replaced by a larger
@@ -339,7 +358,22 @@ def _release(blocks: list) -> None:
     blocks.clear()
 
 
-def _shared_exact_part(name, shape, positions, methods, counts, tail_budget):
+def _joined(parts, num_drafts: int, methods) -> tuple[np.ndarray, dict, dict]:
+    """The tasks' results at n joined in position order: the tails, each method's values
+    where no task lacks them, and why the first position that lacks a value lacks it (as
+    one process reports it), None where the tasks only deferred it (``exact_acceptances``)."""
+    missing = {}
+    for part in parts:
+        for method, reason in part[num_drafts][2].items():
+            if missing.get(method) is None:
+                missing[method] = reason
+    tails = np.concatenate([part[num_drafts][0] for part in parts])
+    acceptance = {method: np.concatenate([part[num_drafts][1][method] for part in parts])
+                  for method in methods if method not in missing}
+    return tails, acceptance, missing
+
+
+def _shared_exact_part(name, shape, positions, methods, counts, tail_budget, defer=False, only=None):
     """``unit_exact_part`` on the positions ``positions`` (a slice) of the [2, positions,
     vocab] rows in the shared-memory block ``name`` (one task of ``ExactPool``)."""
     shared = shared_memory.SharedMemory(name=name)
@@ -347,43 +381,85 @@ def _shared_exact_part(name, shape, positions, methods, counts, tail_budget):
         rows = np.ndarray(shape, np.float64, buffer=shared.buf)[:, positions].copy()
     finally:
         shared.close()
-    return unit_exact_part(methods, counts, tail_budget, rows[0], rows[1])
+    return unit_exact_part(methods, counts, tail_budget, rows[0], rows[1], defer, only)
 
 
-def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None) -> tuple[dict, dict]:
+def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=False) -> tuple[dict, dict]:
     """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
     no exact value at this size (``method_acceptance``'s ValueError). Each row is checked
-    once and every method reads the same checked form, so its sorts and searches are done
-    once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``: per row, a guess of
+    once for the computations and every method reads the same checked form, so its sorts
+    and searches are done once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``: per row, a guess of
     its scan order or None, checked before it is used). One call per row: batching rows of
     different lengths by padding was measured slower (the padding costs more than the calls
     it saves). A verifier that attains its scheme's α* by construction takes the optimum's
-    values when those are computed before it."""
+    values when those are computed before it.
+
+    A method that can refuse a row by estimating its work (``AcceptanceMethod.refusal_of``:
+    RRS without replacement at n ≥ 4, past its 20-s limit) is estimated at every row first
+    (checked once more for it) and computed at none when one is refused, with the first
+    refused row's reason: a value computed before a later row's refusal would be thrown
+    away (on MMLU prompt 2's rows the pool spent about a third of its time so). ``defer`` (``ExactPool``'s first round,
+    which holds some of a unit's rows): such a method that none of these rows refuses is
+    not computed either, its reason None, for the pool to compute once every row is known."""
     reused = {}
     for index, method in enumerate(methods):
         if attained_optimum(method, num_drafts) in methods[:index]:
             reused[method] = attained_optimum(method, num_drafts)
     guesses = [None] * len(pairs) if scan_guesses is None else scan_guesses
     computing = [method for method in methods if method not in reused]
-    acceptance, missing = _row_by_row(computing, pairs, num_drafts, guesses)
+    estimated = [method for method in computing if refuses_by_estimate(method, num_drafts)]
+    refused = _first_refusals(estimated, _checked_rows(pairs, guesses), num_drafts) if estimated else {}
+    deferred = {method: None for method in estimated if method not in refused} if defer else {}
+    computing = [method for method in computing if method not in refused and method not in deferred]
+    acceptance, missing = _row_by_row(computing, _checked_rows(pairs, guesses), num_drafts)
+    missing = {**refused, **deferred, **missing}
     fallback = [method for method, optimum in reused.items() if optimum in missing]
-    computed, computed_missing = _row_by_row(fallback, pairs, num_drafts, guesses)
+    computed, computed_missing = _row_by_row(fallback, _checked_rows(pairs, guesses), num_drafts)
     acceptance.update(computed)
     missing.update(computed_missing)
     acceptance.update({method: list(acceptance[optimum]) for method, optimum in reused.items() if optimum in acceptance})
     return {method: acceptance[method] for method in methods if method in acceptance}, missing
 
 
-def _row_by_row(methods, pairs, num_drafts: int, guesses) -> tuple[dict, dict]:
-    """``exact_acceptances`` without the reuse: every method at every row, rows outer."""
+def _checked_rows(pairs, guesses):
+    """Each (target, draft) pair as checked rows (``RowPairs.checked``), in order, up to
+    and with the first that fails its check (its ValueError in its place); one at a time,
+    so a row's sorts are let go before the next is checked.  # yields RowPairs [1, vocab]"""
+    for (target, draft), guess in zip(pairs, guesses):
+        try:
+            yield RowPairs.checked(target[None], draft[None], guess)
+        except ValueError as error:
+            yield error
+            return
+
+
+def _first_refusals(methods, checked, num_drafts: int) -> dict:
+    """method -> why the first row of ``checked`` it refuses by estimate is refused
+    (``method_refusal_of``), for the methods that refuse one; rows after one that failed
+    its check are not asked (``_row_by_row`` reports that one)."""
+    refused = {}
+    for rows in checked:
+        if isinstance(rows, ValueError):
+            break
+        for method in methods:
+            if method not in refused:
+                reason = method_refusal_of(method, rows, num_drafts)
+                if reason is not None:
+                    refused[method] = reason
+        if len(refused) == len(methods):
+            break
+    return refused
+
+
+def _row_by_row(methods, checked, num_drafts: int) -> tuple[dict, dict]:
+    """``exact_acceptances`` without the reuse and the estimates: every method at every
+    checked row (``_checked_rows``), rows outer; none are checked without a method."""
     if not methods:
         return {}, {}
     acceptance, missing = {method: [] for method in methods}, {}
-    for (target, draft), guess in zip(pairs, guesses):
-        try:
-            rows = RowPairs.checked(target[None], draft[None], guess)
-        except ValueError as error:
-            missing.update({method: str(error) for method in methods})
+    for rows in checked:
+        if isinstance(rows, ValueError):
+            missing.update({method: str(rows) for method in methods})
             break
         for method in methods:
             if method not in missing:

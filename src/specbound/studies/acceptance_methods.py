@@ -57,6 +57,24 @@ class AcceptanceMethod:
             acceptance[selected] = self._at(rows.select(selected), int(count))
         return acceptance
 
+    def refuses_by_estimate(self, num_drafts: int) -> bool:
+        """Whether a row can be refused at ``num_drafts`` by a work estimate (``refusal_of``)."""
+        return self.verifier is not None and self.verifier.refuses_by_estimate(num_drafts)
+
+    def refusal_of(self, rows: RowPairs, num_drafts: int) -> str | None:
+        """Why ``acceptance_of`` would refuse the first of ``rows`` it refuses by a work
+        estimate (``Verifier.refusal_by_estimate``, at each row's count of drafts), None
+        where it refuses none so. # rows [positions, vocab]"""
+        if self.verifier is None:
+            return None
+        for row, count in enumerate(self.scheme.effective_num_drafts(num_drafts, rows.support)):
+            verifier = self.verifier.for_num_drafts(int(count))
+            if verifier.refuses_by_estimate(int(count)):
+                reason = verifier.refusal_by_estimate(rows.target[row], rows.draft[row], int(count))
+                if reason is not None:
+                    return reason
+        return None
+
     def _at(self, rows, count):
         if self.verifier is None:
             return self.scheme.for_num_drafts(count).optimum_of(rows, count).acceptance
@@ -112,6 +130,19 @@ def method_acceptance_of(method: str, rows: RowPairs, num_drafts: int) -> np.nda
         raise ValueError(f"method: unknown method {method!r}; choose from {', '.join(methods)}")
     entry = methods[method]
     return entry.acceptance_of(rows, entry.count(num_drafts))
+
+
+def refuses_by_estimate(method: str, num_drafts: int) -> bool:
+    """``AcceptanceMethod.refuses_by_estimate`` of ``method`` asked for with ``num_drafts``
+    drafts (False for an unknown method)."""
+    entry = acceptance_methods().get(method)
+    return entry is not None and entry.refuses_by_estimate(entry.count(num_drafts))
+
+
+def method_refusal_of(method: str, rows: RowPairs, num_drafts: int) -> str | None:
+    """``AcceptanceMethod.refusal_of`` of ``method`` asked for with ``num_drafts`` drafts."""
+    entry = acceptance_methods()[method]
+    return entry.refusal_of(rows, entry.count(num_drafts))
 
 
 def attained_optimum(method: str, num_drafts: int) -> str | None:

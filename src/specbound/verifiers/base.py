@@ -177,6 +177,18 @@ class Verifier:
         self.check_num_drafts(num_drafts, support=rows.support)
         return self._acceptance_rate(rows.target, rows.draft, num_drafts)
 
+    def refuses_by_estimate(self, num_drafts: int) -> bool:
+        """Whether ``acceptance_rate_of`` can refuse a row at ``num_drafts`` by estimating its
+        work before doing it (``refusal_by_estimate``); by default it cannot."""
+        return False
+
+    def refusal_by_estimate(self, target_row, draft_row, num_drafts: int) -> str | None:
+        """Why ``acceptance_rate_of`` would refuse this checked row by its work estimate, None
+        where it would compute it: far cheaper than the computation, so a caller that
+        discards every row's value once one is refused (the studies) can ask every row
+        first.  # [vocab] x2 -> str or None"""
+        return None
+
     def optimum(self, target_probs, draft_probs, num_drafts: int) -> np.ndarray:
         """α* of the verifier's draft scheme: what any lossless verifier could reach with
         the same drafts (SPEC.md §4.2).  # -> [batch]"""

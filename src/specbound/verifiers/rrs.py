@@ -26,7 +26,7 @@ from specbound.compiled import compiled
 from specbound.probability import (normalize_mass, normalize_mass_torch, pairwise_sum, sample_from, sample_from_torch,
                                      take, zeroed)
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
-from specbound.verifiers.rrs_exact import rrs_without_replacement_acceptance
+from specbound.verifiers.rrs_exact import recursion_refusal, rrs_without_replacement_acceptance
 
 
 def unaccepted_mass(target_probs: np.ndarray, draft_probs: np.ndarray, num_drafts) -> np.ndarray:
@@ -153,6 +153,13 @@ class RecursiveRejection(Verifier):
 
         final_residual, reach = _rrs_steps(target, draft, tokens, self.without_replacement, decide)
         return law + reach[:, None] * final_residual
+
+    def refuses_by_estimate(self, num_drafts: int) -> bool:
+        return self.without_replacement and num_drafts >= 4
+
+    def refusal_by_estimate(self, target_row, draft_row, num_drafts: int) -> str | None:
+        """Without replacement at n ≥ 4: the recursion's estimate (``rrs_exact.recursion_refusal``)."""
+        return recursion_refusal(target_row, draft_row, num_drafts) if self.refuses_by_estimate(num_drafts) else None
 
     def _acceptance_rate(self, target, draft, num_drafts):
         if self.without_replacement:

@@ -293,15 +293,37 @@ def _split_at_first_draft(target_row, draft_row, num_drafts, tolerance) -> float
     return acceptance
 
 
-def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
-    """Plain recursion over rejected tokens, the last level through the curve:
-    O(V^(n−2)·V log V)."""
-    rejectable = np.count_nonzero(draft_row > target_row)
+def recursion_refusal(target_row, draft_row, num_drafts: int) -> str | None:
+    """Why ``rrs_without_replacement_acceptance`` refuses this row by its work estimate
+    (n ≥ 4: the recursion past ``RECURSION_SECONDS_LIMIT``, the ``checks.WorkLimitError``'s
+    message), None where it computes it — one count of the rejectable tokens, no recursion.
+    A row split at its first draft (``_split_at_first_draft``) is left to the computation:
+    None.  # [vocab] x2 -> str or None"""
+    target_row = np.ascontiguousarray(target_row, dtype=np.float64)
+    draft_row = np.ascontiguousarray(draft_row, dtype=np.float64)
+    if num_drafts < 4 or _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST:
+        return None
+    try:
+        _check_recursion(target_row, draft_row, num_drafts)
+    except WorkLimitError as error:
+        return str(error)
+    return None
+
+
+def _check_recursion(target_row, draft_row, num_drafts) -> None:
+    """Refuse (``checks.WorkLimitError``) a recursion estimated past ``RECURSION_SECONDS_LIMIT``, n ≥ 4."""
     if num_drafts >= 4:
+        rejectable = np.count_nonzero(draft_row > target_row)
         within_limit(f"num_drafts: exact RRS-without-replacement acceptance for n = {num_drafts} "
                      f"({rejectable:,} rejectable tokens, V = {len(draft_row):,})",
                      recursion_seconds(rejectable, len(draft_row), num_drafts), RECURSION_SECONDS_LIMIT, "s",
                      hint="the recursion grows as V^(n−2); n ≤ 3 is fast at any vocabulary size")
+
+
+def _recursive_acceptance(target_row, draft_row, num_drafts) -> float:
+    """Plain recursion over rejected tokens, the last level through the curve:
+    O(V^(n−2)·V log V)."""
+    _check_recursion(target_row, draft_row, num_drafts)
 
     def level(current, removed, remaining):
         if remaining == 2:
