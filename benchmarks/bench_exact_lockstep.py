@@ -7,6 +7,10 @@ processes, one per source tree (``PYTHONPATH``), each with the study workers' al
 time in lockstep: A then B on one position, B then A on the next. Each times the unit's exact
 part on its position (``unit_exact_part``: the tail cuts and every method at n = 2, 3, 4, 6)
 in CPU time of its own process, so both sides meet the same spells, position by position.
+A position is timed as the study's pool computes it: where ``unit_exact_part`` defers a method
+a row can refuse by estimate (``defer``, since 420e6f0), deferred — its values come only in a
+second round when no row of the unit refuses it, which real units do not reach (RRS without
+replacement at n ≥ 4); a version before that computes it at every row that passes.
 
 Rows come from ``bench_study_real_rows.py --save-rows FILE.npz`` (one generation of the default
 pair, as a study unit gets its rows):
@@ -37,10 +41,13 @@ UNIT_TOKENS = 128
 
 def serve() -> None:
     """One side: read 'FILE INDEX' lines, answer each with the CPU seconds of that position's exact part."""
+    import inspect
+
     from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, _worker_setup, acceptance_methods, unit_exact_part
 
     _worker_setup()
     methods = list(acceptance_methods())
+    deferring = {"defer": True} if "defer" in inspect.signature(unit_exact_part).parameters else {}
     loaded = {}
     print("ready", flush=True)
     for line in sys.stdin:
@@ -53,7 +60,7 @@ def serve() -> None:
         target, draft = loaded[path]
         position = slice(int(index), int(index) + 1)
         started = time.process_time()
-        unit_exact_part(methods, COUNTS, DEFAULT_TAIL_BUDGET, target[position], draft[position])
+        unit_exact_part(methods, COUNTS, DEFAULT_TAIL_BUDGET, target[position], draft[position], **deferring)
         print(time.process_time() - started, flush=True)
 
 

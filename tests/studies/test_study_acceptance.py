@@ -330,8 +330,8 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
     agreeing = rng.dirichlet(np.full(2000, 0.1), size=3)
     boosted = agreeing * np.where(np.arange(2000) < 30, 1.5, 1.0)  # 30 rejectable tokens
     boosted /= boosted.sum(axis=1, keepdims=True)
-    for target_rows, draft_rows, computed in ((agreeing, boosted, True),
-                                              (np.r_[agreeing[:2], rows[0, :1]], np.r_[boosted[:2], rows[1, :1]], False)):
+    cases = ((agreeing, boosted, True), (np.r_[agreeing[:2], rows[0, :1]], np.r_[boosted[:2], rows[1, :1]], False))
+    for target_rows, draft_rows, computed in cases:
         exact = study._pool.exact(methods, [4, 6], study.tail_budget, target_rows, draft_rows)
         alone = unit_exact_part(methods, [4, 6], study.tail_budget, target_rows, draft_rows)
         for num_drafts in (4, 6):
