@@ -396,11 +396,13 @@ def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=
 
     A method that can refuse a row by estimating its work (``AcceptanceMethod.refusal_of``:
     RRS without replacement at n ≥ 4, past its 20-s limit) is estimated at every row first
-    (checked once more for it) and computed at none when one is refused, with the first
-    refused row's reason: a value computed before a later row's refusal would be thrown
-    away (on MMLU prompt 2's rows the pool spent about a third of its time so). ``defer`` (``ExactPool``'s first round,
-    which holds some of a unit's rows): such a method that none of these rows refuses is
-    not computed either, its reason None, for the pool to compute once every row is known."""
+    and computed at none when one is refused, with the first refused row's reason: a value
+    computed before a later row's refusal would be thrown away (on MMLU prompt 2's rows the
+    pool spent about a third of its time so). ``defer`` (``ExactPool``'s first round, whose
+    tasks hold a few of a unit's rows): such a method that none of these rows refuses is not
+    computed either, its reason None, for the pool to compute once every row is known; the
+    rows are then checked once for the estimates and the computations alike (without
+    ``defer``, once for each, so that a unit's rows are not all held checked at once)."""
     reused = {}
     for index, method in enumerate(methods):
         if attained_optimum(method, num_drafts) in methods[:index]:
@@ -408,10 +410,11 @@ def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=
     guesses = [None] * len(pairs) if scan_guesses is None else scan_guesses
     computing = [method for method in methods if method not in reused]
     estimated = [method for method in computing if refuses_by_estimate(method, num_drafts)]
-    refused = _first_refusals(estimated, _checked_rows(pairs, guesses), num_drafts) if estimated else {}
+    kept = list(_checked_rows(pairs, guesses)) if estimated and defer else None
+    refused = _first_refusals(estimated, kept or _checked_rows(pairs, guesses), num_drafts) if estimated else {}
     deferred = {method: None for method in estimated if method not in refused} if defer else {}
     computing = [method for method in computing if method not in refused and method not in deferred]
-    acceptance, missing = _row_by_row(computing, _checked_rows(pairs, guesses), num_drafts)
+    acceptance, missing = _row_by_row(computing, kept or _checked_rows(pairs, guesses), num_drafts)
     missing = {**refused, **deferred, **missing}
     fallback = [method for method, optimum in reused.items() if optimum in missing]
     computed, computed_missing = _row_by_row(fallback, _checked_rows(pairs, guesses), num_drafts)
