@@ -388,11 +388,11 @@ def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=
     """method -> exact acceptance at each (target, draft) row pair, and method -> why it has
     no exact value at this size (``method_acceptance``'s ValueError). Each row is checked
     once for the computations and every method reads the same checked form, so its sorts
-    and searches are done once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``: per row, a guess of
-    its scan order or None, checked before it is used). One call per row: batching rows of
-    different lengths by padding was measured slower (the padding costs more than the calls
-    it saves). A verifier that attains its scheme's α* by construction takes the optimum's
-    values when those are computed before it.
+    and searches are done once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``:
+    per row, a guess of its scan order or None, checked before it is used). One call per
+    row: batching rows of different lengths by padding was measured slower (the padding
+    costs more than the calls it saves). A verifier that attains its scheme's α* by
+    construction takes the optimum's values when those are computed before it.
 
     A method that can refuse a row by estimating its work (``AcceptanceMethod.refusal_of``:
     RRS without replacement at n ≥ 4, past its 20-s limit) is estimated at every row first
