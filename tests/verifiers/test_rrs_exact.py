@@ -260,7 +260,7 @@ def test_the_recursions_estimate_refuses_exactly_the_rows_the_computation_refuse
         try:
             rrs_without_replacement_acceptance(target, draft, num_drafts)
         except rrs_acceptance.WorkLimitError as error:
-            split = rrs_acceptance._rest_off_the_largest(draft, num_drafts - 1) < rrs_acceptance.SMALLEST_REST
+            split = rrs_acceptance._splits_at_first_draft(draft, num_drafts)
             assert reason == str(error) or (reason is None and split)  # a split row's branches decide alone
         else:
             assert reason is None

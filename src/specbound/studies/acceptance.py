@@ -67,7 +67,8 @@ from specbound.engine import Processing
 from specbound.engine.methods import autoregressive, chain
 from specbound.models.pair import ModelPair
 from specbound.studies.acceptance_methods import (acceptance_methods, attained_optimum, method_acceptance,
-                                                   method_acceptance_of, method_refusal_of, refuses_by_estimate)
+                                                   method_acceptance_of, method_refusal_of,
+                                                   method_refuses_by_estimate)
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
@@ -409,7 +410,7 @@ def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=
             reused[method] = attained_optimum(method, num_drafts)
     guesses = [None] * len(pairs) if scan_guesses is None else scan_guesses
     computing = [method for method in methods if method not in reused]
-    estimated = [method for method in computing if refuses_by_estimate(method, num_drafts)]
+    estimated = [method for method in computing if method_refuses_by_estimate(method, num_drafts)]
     kept = list(_checked_rows(pairs, guesses)) if estimated and defer else None
     refused = _first_refusals(estimated, kept or _checked_rows(pairs, guesses), num_drafts) if estimated else {}
     deferred = {method: None for method in estimated if method not in refused} if defer else {}

@@ -68,11 +68,10 @@ class AcceptanceMethod:
         if self.verifier is None:
             return None
         for row, count in enumerate(self.scheme.effective_num_drafts(num_drafts, rows.support)):
-            verifier = self.verifier.for_num_drafts(int(count))
-            if verifier.refuses_by_estimate(int(count)):
-                reason = verifier.refusal_by_estimate(rows.target[row], rows.draft[row], int(count))
-                if reason is not None:
-                    return reason
+            reason = self.verifier.for_num_drafts(int(count)).refusal_by_estimate(rows.target[row], rows.draft[row],
+                                                                                  int(count))
+            if reason is not None:
+                return reason
         return None
 
     def _at(self, rows, count):
@@ -132,7 +131,7 @@ def method_acceptance_of(method: str, rows: RowPairs, num_drafts: int) -> np.nda
     return entry.acceptance_of(rows, entry.count(num_drafts))
 
 
-def refuses_by_estimate(method: str, num_drafts: int) -> bool:
+def method_refuses_by_estimate(method: str, num_drafts: int) -> bool:
     """``AcceptanceMethod.refuses_by_estimate`` of ``method`` asked for with ``num_drafts``
     drafts (False for an unknown method)."""
     entry = acceptance_methods().get(method)

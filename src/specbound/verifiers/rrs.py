@@ -158,8 +158,8 @@ class RecursiveRejection(Verifier):
         return self.without_replacement and num_drafts >= 4
 
     def refusal_by_estimate(self, target_row, draft_row, num_drafts: int) -> str | None:
-        """Without replacement at n ≥ 4: the recursion's estimate (``rrs_exact.recursion_refusal``)."""
-        return recursion_refusal(target_row, draft_row, num_drafts) if self.refuses_by_estimate(num_drafts) else None
+        """Without replacement: the recursion's estimate, n ≥ 4 (``rrs_exact.recursion_refusal``)."""
+        return recursion_refusal(target_row, draft_row, num_drafts) if self.without_replacement else None
 
     def _acceptance_rate(self, target, draft, num_drafts):
         if self.without_replacement:

@@ -191,7 +191,7 @@ def rrs_without_replacement_acceptance(
     """
     target_row = np.ascontiguousarray(target_row, dtype=np.float64)
     draft_row = np.ascontiguousarray(draft_row, dtype=np.float64)
-    if num_drafts >= 2 and _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST:
+    if _splits_at_first_draft(draft_row, num_drafts):
         return _split_at_first_draft(target_row, draft_row, num_drafts, tolerance)
     if num_drafts == 3:
         low, high = three_draft_bounds(target_row, draft_row, tolerance)
@@ -301,13 +301,19 @@ def recursion_refusal(target_row, draft_row, num_drafts: int) -> str | None:
     None.  # [vocab] x2 -> str or None"""
     target_row = np.ascontiguousarray(target_row, dtype=np.float64)
     draft_row = np.ascontiguousarray(draft_row, dtype=np.float64)
-    if num_drafts < 4 or _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST:
+    if num_drafts < 4 or _splits_at_first_draft(draft_row, num_drafts):
         return None
     try:
         _check_recursion(target_row, draft_row, num_drafts)
     except WorkLimitError as error:
         return str(error)
     return None
+
+
+def _splits_at_first_draft(draft_row, num_drafts) -> bool:
+    """Whether the row's mass off its n − 1 largest draft tokens is below ``SMALLEST_REST``,
+    so that ``rrs_without_replacement_acceptance`` splits it at its first draft."""
+    return num_drafts >= 2 and _rest_off_the_largest(draft_row, num_drafts - 1) < SMALLEST_REST
 
 
 def _check_recursion(target_row, draft_row, num_drafts) -> None:
