@@ -79,10 +79,11 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     Tokens are dropped by levels of w, a 16th of an octave each (all below the highest
     level edge that fits the budget; the level is the float's exponent and leading mantissa
     bits, ``level_of``), which costs O(vocab) instead of a sort: one pass sums the levels'
-    masses for every n (``level_masses``), one pass per n collects the tokens its cut keeps
-    (``kept_tokens``). The n largest draft tokens and the largest target token are never
-    dropped. The cuts of different n need not be nested (a larger F_n weighs the draft's
-    tail more, the target's less).
+    masses for every n (``level_masses``), one marks each token with the cuts that keep it,
+    a bit per n (``cut_marks``, up to ``MARKS_PER_PASS`` n a pass), and one per n collects
+    the tokens marked for it (``marked_tokens``). The n largest draft tokens and the largest
+    target token are never dropped. The cuts of different n need not be nested (a larger
+    F_n weighs the draft's tail more, the target's less).
     # [vocab], [vocab] -> {n: TailCut}"""
     if budget <= 0:
         keep = np.maximum(target, draft) > 0
@@ -99,7 +100,7 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     ascending = sorted(set(counts), key=lambda count: factors[count])
     masses = level_masses(target, draft, np.array([factors[count] for count in ascending]), budget,
                           _segment_ends(protected, draft.size))
-    cuts = {}
+    cuts, drop_belows = {}, {}
     for count in counts:
         factor = factors[count]
         target_mass, draft_mass = masses[:, ascending.index(count)].T
@@ -107,21 +108,26 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         free_weight = token_weight(target[free], draft[free], factor)
         droppable = (free_weight > 0) & (free_weight <= budget)
         extra, extra_level = free[droppable], level_of(free_weight[droppable])
-        weights = target_mass + factor * draft_mass
-        np.add.at(weights, extra_level, free_weight[droppable])
-        drop_from = int(np.searchsorted(np.cumsum(weights), budget, side="right"))  # levels below it are dropped
+        drop_from = first_level_kept(target_mass, draft_mass, factor, extra_level, free_weight[droppable], budget)
         dropped_extra = extra[extra_level < drop_from]
         dropped_target = float(target_mass[:drop_from].sum() + target[dropped_extra].sum())
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
         # the least weight of level drop_from (∞ past the finite levels)
-        drop_below = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))
-        tokens, kept_target, kept_draft = kept_tokens(target, draft, factor, budget, drop_below,
-                                                      _segment_ends(protected[: count + 1], draft.size))
-        kept_target /= kept_target.sum()
-        kept_draft /= kept_draft.sum()
-        cuts[count] = TailCut(kept_target, kept_draft, dropped_target, dropped_draft,
-                              dropped_target + factor * dropped_draft, tokens)
-    return cuts
+        drop_belows[count] = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))
+        cuts[count] = (dropped_target, dropped_draft, dropped_target + factor * dropped_draft)
+    for start in range(0, len(counts), MARKS_PER_PASS):
+        group = counts[start : start + MARKS_PER_PASS]
+        marks = cut_marks(target, draft, np.array([factors[count] for count in group]), budget,
+                          np.array([drop_belows[count] for count in group]))
+        for bit, count in enumerate(group):  # a protected token is kept where it has mass
+            mine = protected[: count + 1]
+            marks[mine] = (marks[mine] & ~np.uint8(1 << bit)) | ((np.maximum(target[mine], draft[mine]) > 0) << bit)
+        for bit, count in enumerate(group):
+            tokens, kept_target, kept_draft = marked_tokens(marks, bit, target, draft)
+            kept_target /= kept_target.sum()
+            kept_draft /= kept_draft.sum()
+            cuts[count] = TailCut(kept_target, kept_draft, *cuts[count], tokens)
+    return {count: cuts[count] for count in counts}
 
 
 @compiled
@@ -170,28 +176,65 @@ def level_masses(target, draft, factors, budget, ends):
 
 
 @compiled
-def kept_tokens(target, draft, factor, budget, drop_below, ends):
-    """The tokens a cut keeps, in id order, with their p and q: those of weight
-    w = p + F·q > 0 but the droppable ones (w ≤ ``budget``) below ``drop_below`` (the least
-    weight of the lowest level kept), unless protected (``ends``: the protected tokens
-    ascending, then V). Each token is written at the next free place, which moves on only
-    when it is kept (no branch); the results are views of vocabulary-sized buffers (copying
-    them out took as long as the pass).
-    # [vocab] x2, float x3, [protected + 1] int -> [kept] int, [kept] x2"""
-    size = target.size
-    tokens = np.empty(size, dtype=np.int64)
-    kept_target, kept_draft = np.empty(size), np.empty(size)
-    kept = start = 0
-    for stop in ends:
-        for token in range(start, stop):
+def first_level_kept(target_mass, draft_mass, factor, extra_level, extra_weight, budget):
+    """The lowest level the cut at tail factor F keeps: the first whose running sum of the
+    levels' weights passes the budget (the levels below it fit). A level weighs
+    Σ p + F·Σ q over its tokens (``level_masses``) plus the weights ``extra_weight`` of the
+    free draft tokens in it (``extra_level``), added in their order, the sums running from
+    level 0 — those of ``np.cumsum`` and ``np.searchsorted(..., side="right")``, bit for bit.
+    # [levels] x2, float, [extra] int, [extra], float -> int"""
+    weights = np.empty(target_mass.size)
+    for level in range(target_mass.size):
+        weights[level] = target_mass[level] + factor * draft_mass[level]
+    for index in range(extra_level.size):
+        weights[extra_level[index]] += extra_weight[index]
+    running = 0.0
+    for level in range(weights.size):
+        running += weights[level]
+        if running > budget:
+            return level
+    return weights.size
+
+
+MARKS_PER_PASS = 8  # cuts marked in one pass of ``cut_marks``: a bit each of a uint8
+
+
+@compiled
+def cut_marks(target, draft, factors, budget, drop_belows):
+    """A token's mark: bit i set where cut i (tail factor ``factors[i]``) keeps it by its
+    weight w = p + F·q — w > 0 and not droppable (w ≤ ``budget``) below ``drop_belows[i]``,
+    the least weight of the lowest level kept. Protection is the caller's. One cut at a
+    time along the vocabulary, which compiles to vector instructions.
+    # [vocab] x2, [cuts ≤ 8] x2 with float budget -> [vocab] uint8"""
+    marks = np.zeros(target.size, dtype=np.uint8)
+    for cut in range(factors.size):
+        factor, drop_below, bit = factors[cut], drop_belows[cut], np.uint8(1 << cut)
+        for token in range(target.size):
             weight = token_weight(target[token], draft[token], factor)
-            tokens[kept], kept_target[kept], kept_draft[kept] = token, target[token], draft[token]
-            kept += weight > 0 and (weight > budget or weight >= drop_below)
-        if start <= stop < size:
-            tokens[kept], kept_target[kept], kept_draft[kept] = stop, target[stop], draft[stop]
-            kept += max(target[stop], draft[stop]) > 0
-        start = max(start, stop + 1)
-    return tokens[:kept], kept_target[:kept], kept_draft[:kept]
+            kept = (weight > 0) & ((weight > budget) | (weight >= drop_below))
+            marks[token] |= bit * np.uint8(kept)
+    return marks
+
+
+@compiled
+def marked_tokens(marks, bit, target, draft):
+    """The tokens whose mark has ``bit`` set, in id order, with their p and q: counted, then
+    each token written at the next free place, which moves on only when it is marked (no
+    branch; one place past the last is spare).
+    # [vocab] uint8, int, [vocab] x2 -> [kept] int, [kept] x2"""
+    kept = 0
+    for token in range(marks.size):
+        kept += (marks[token] >> bit) & 1
+    tokens = np.empty(kept + 1, dtype=np.int64)
+    kept = 0
+    for token in range(marks.size):
+        tokens[kept] = token
+        kept += (marks[token] >> bit) & 1
+    tokens = tokens[:kept]
+    kept_target, kept_draft = np.empty(kept), np.empty(kept)
+    for place in range(kept):
+        kept_target[place], kept_draft[place] = target[tokens[place]], draft[tokens[place]]
+    return tokens, kept_target, kept_draft
 
 
 def _segment_ends(protected: np.ndarray, size: int) -> np.ndarray:
