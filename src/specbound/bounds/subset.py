@@ -17,8 +17,6 @@ both generic in the draft law (each draft scheme says how to compute its Q):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
 from specbound.compiled import compiled
@@ -30,7 +28,6 @@ SCAN_ROW_BLOCK = 4  # rows scanned together: larger blocks fall out of cache at 
 PRUNING_MARGIN = 1e-12  # above the rounding of the gaps and their bounds (running sums of ≤ 1)
 
 
-@dataclass(frozen=True)
 class OptimalAcceptance:
     """α* per row and a subset H* attaining the minimum of p(H) − Q(H).
 
@@ -38,10 +35,27 @@ class OptimalAcceptance:
     Q(H*) − p(H*) acceptance, because drafts fall entirely inside H* more often (Q) than
     the target can emit a token of H* (p). When several subsets attain the minimum, each
     function says which one it returns.
+
+    Given as a mask, or as ``prefixes`` (each row's scan order and the length of its
+    minimising prefix, ``prefix_scan_optimum``), from which the mask is built when first
+    read (a study reads α* alone).
+    # acceptance [batch], optimal_subset [batch, vocab] bool, prefixes ([batch, vocab] int, [batch] int)
     """
 
-    acceptance: np.ndarray  # [batch]
-    optimal_subset: np.ndarray  # [batch, vocab] bool
+    def __init__(self, acceptance: np.ndarray, optimal_subset: np.ndarray | None = None, prefixes=None):
+        self.acceptance = acceptance  # [batch]
+        self._subset, self._prefixes = optimal_subset, prefixes
+
+    @property
+    def optimal_subset(self) -> np.ndarray:
+        """H* per row.  # [batch, vocab] bool"""
+        if self._subset is None:
+            order, lengths = self._prefixes
+            subset = np.zeros(order.shape, dtype=bool)
+            for row, length in enumerate(lengths):
+                subset[row, order[row, :length]] = True
+            self._subset = subset
+        return self._subset
 
 
 def bruteforce_optimum(target_row: np.ndarray, draft_tuples, tuple_probs) -> tuple[float, np.ndarray]:
@@ -258,10 +272,10 @@ def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | Non
     mask of the prefixes to compute as a second argument (others may be NaN).
     # rows: RowPairs [batch, vocab] -> OptimalAcceptance ([batch], [batch, vocab])
     """
-    acceptance, subsets = [], []
+    acceptance, lengths = [], []
     for start in range(0, rows.target.shape[0], SCAN_ROW_BLOCK):
         block = slice(start, start + SCAN_ROW_BLOCK)
-        order, ordered_draft, inside = rows.scan_order[block], rows.draft_in_scan_order[block], rows.target_inside[block]
+        ordered_draft, inside = rows.draft_in_scan_order[block], rows.target_inside[block]
         inside = np.ascontiguousarray(inside, dtype=np.float64)
         if mass_bounds is None:
             needed = np.ones(inside.shape, dtype=bool)
@@ -273,11 +287,8 @@ def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | Non
             mass = all_in_mass(ordered_draft, needed)
         best, gap = first_minimum(inside, np.ascontiguousarray(mass, dtype=np.float64), needed)
         acceptance.append(1.0 + gap)
-        subset = np.zeros(order.shape, dtype=bool)
-        for row, prefix_length in enumerate(best):
-            subset[row, order[row, :prefix_length]] = True
-        subsets.append(subset)
-    return OptimalAcceptance(np.concatenate(acceptance), np.concatenate(subsets))
+        lengths.append(best)
+    return OptimalAcceptance(np.concatenate(acceptance), prefixes=(rows.scan_order, np.concatenate(lengths)))
 
 
 @compiled
