@@ -441,29 +441,14 @@ class _HeadLaw:
         if values.size == 0:
             return
         self._keep_largest(values, counts)
-        nodes = self.times.size
         sums = np.zeros(self.series.shape[1])
         deep_mass, shallow = _tiny_at_every_node(values, counts, self.times[-1], sums)
         self.moments[:, -1] += sums
         self.small_mass[-1] += deep_mass
         values, counts = values[shallow], counts[shallow]
-        tiny_end = np.searchsorted(self.times, RACE_TINY / values, side="right")
-        large_start = np.searchsorted(self.times, log(2.0) / values, side="right")
-        self.small_mass += np.bincount(large_start, weights=counts * values, minlength=nodes + 1)
-        tiny = tiny_end > 0
-        last_tiny = tiny_end[tiny] - 1
-        scaled, power = self.times[last_tiny] * values[tiny], counts[tiny]  # t_b q ≤ RACE_TINY
-        for k in range(self.series.shape[1]):
-            self.moments[k] += np.bincount(last_tiny, weights=power, minlength=nodes)
-            power = power * scaled
-        for offset in range(int((large_start - tiny_end).max(initial=0))):  # the small, not tiny nodes
-            node = tiny_end + offset
-            small = node < large_start
-            arrival = np.expm1(self.times[node[small]] * values[small])  # ≤ 1
-            power = counts[small].copy()
-            for j in range(1, self.n):
-                power *= arrival
-                self.power_sums[j] += np.bincount(node[small], weights=power, minlength=nodes)
+        small_nodes, small_tokens, exponents, offset_ends = _shallow_tokens(values, counts, self.times, self.moments,
+                                                                            self.small_mass)
+        _add_power_sums(self.power_sums, small_nodes, counts[small_tokens], np.expm1(exponents), offset_ends)  # a ≤ 1
 
     def _keep_largest(self, values, counts) -> None:
         """The largest values, descending, until they hold n + ``RACE_LARGE_COUNT`` tokens, and
@@ -528,6 +513,72 @@ def _tiny_at_every_node(values, counts, last_time, sums):
             others[count] = index
             count += 1
     return mass, others[:count]
+
+
+@compiled
+def _shallow_tokens(values, counts, times, moments, small_mass):
+    """``_HeadLaw.add`` for the tokens not tiny at every node: adds their mass Σ m q to
+    ``small_mass`` by the node each is large from (large_start), and their scaled moments
+    m (t_b q)^k to ``moments`` at their last tiny node b; returns the (node, token) pairs
+    where a token is small, not tiny, by node offset from where it stops being tiny, then
+    token, with t·q there (a = e^{tq} − 1 is numpy's expm1, taken by the caller) and where
+    each offset's pairs end. Each sum is taken per node in token order and then added to
+    the kept one, as ``np.bincount`` sums and ``+=`` adds.
+    # [tokens] x2, [nodes], [K + 1, nodes] and [nodes + 1] in place -> [pairs] int x2, [pairs], [offsets] int"""
+    nodes, size = times.size, values.size
+    tiny_end = np.searchsorted(times, RACE_TINY / values, side="right")
+    large_start = np.searchsorted(times, log(2.0) / values, side="right")
+    binned = np.zeros(nodes + 1)
+    for token in range(size):
+        binned[large_start[token]] += counts[token] * values[token]
+    small_mass += binned
+    powers, scaled = np.empty(size), np.empty(size)
+    for token in range(size):  # t_b q ≤ RACE_TINY at the last tiny node b
+        if tiny_end[token] > 0:
+            powers[token], scaled[token] = counts[token], times[tiny_end[token] - 1] * values[token]
+    for k in range(moments.shape[0]):
+        binned[:] = 0.0
+        for token in range(size):
+            if tiny_end[token] > 0:
+                binned[tiny_end[token] - 1] += powers[token]
+                powers[token] *= scaled[token]
+        moments[k] += binned[:nodes]
+    pairs = offsets = 0
+    for token in range(size):
+        pairs += large_start[token] - tiny_end[token]  # ln 2 > RACE_TINY: never negative
+        offsets = max(offsets, large_start[token] - tiny_end[token])
+    small_nodes, small_tokens, exponents = np.empty(pairs, np.int64), np.empty(pairs, np.int64), np.empty(pairs)
+    offset_ends = np.empty(offsets, np.int64)
+    place = 0
+    for offset in range(offsets):
+        for token in range(size):
+            node = tiny_end[token] + offset
+            if node < large_start[token]:
+                small_nodes[place], small_tokens[place] = node, token
+                exponents[place] = times[node] * values[token]
+                place += 1
+        offset_ends[offset] = place
+    return small_nodes, small_tokens, exponents, offset_ends
+
+
+@compiled
+def _add_power_sums(power_sums, small_nodes, counts, arrivals, offset_ends):
+    """Adds m a^j, j = 1..n − 1, of the (node, token) pairs of ``_shallow_tokens`` to
+    ``power_sums`` [n, nodes] at their nodes, offset by offset: an offset's pairs summed
+    per node in token order, then added (``np.bincount`` and ``+=``).
+    # [n, nodes] in place, [pairs] int, [pairs] x2, [offsets] int"""
+    n, nodes = power_sums.shape
+    binned = np.empty(nodes)
+    start = 0
+    for stop in offset_ends:
+        powers = counts[start:stop].copy()
+        for j in range(1, n):
+            binned[:] = 0.0
+            for pair in range(start, stop):
+                powers[pair - start] *= arrivals[pair]
+                binned[small_nodes[pair]] += powers[pair - start]
+            power_sums[j] += binned
+        start = stop
 
 
 @compiled
