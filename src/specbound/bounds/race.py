@@ -14,6 +14,7 @@ q = draft (SPEC.md §0).
 
 from __future__ import annotations
 
+from functools import cache
 from math import factorial, log
 
 import numpy as np
@@ -705,11 +706,13 @@ def _race_horizon(nth_largest, last_rate, n) -> float:
     return max(log(n / RACE_TRUNCATION) / max(last_rate, nth_largest), float(gammainccinv(n, RACE_TRUNCATION)))
 
 
+@cache
 def _power_series(n) -> np.ndarray:
     """c_jk with (e^u − 1)^j = Σ_k c_jk u^k for j = 1..n−1, k = 0..K, K such that for
     u ≤ ``RACE_TINY`` the terms beyond K sum to less than 1e-17 of the whole: the
     coefficients of ((e^u − 1)/u)^j are at most j^i/i!, so the rest after u^j·u^L is at
-    most (j·u)^(L+1)/(L+1)!·e^(j·u) of u^j.  # -> [n, K + 1], row 0 unused"""
+    most (j·u)^(L+1)/(L+1)!·e^(j·u) of u^j. Computed once per n and shared, read-only.
+    # -> [n, K + 1], row 0 unused"""
     scale = max(1, n - 1) * RACE_TINY
     length = 1
     while scale ** (length + 1) / factorial(length + 1) * np.exp(scale) > 1e-17:
@@ -721,6 +724,7 @@ def _power_series(n) -> np.ndarray:
     for j in range(1, n):
         power = np.convolve(power, base)[:size]
         series[j] = power
+    series.flags.writeable = False
     return series
 
 
