@@ -250,10 +250,25 @@ def _exact_scan_order(target_probs: np.ndarray, draft_probs: np.ndarray) -> np.n
 
 
 def prefix_sums(values: np.ndarray) -> np.ndarray:
-    """[batch, V] -> [batch, V+1]: column k holds the sum of the first k values."""
-    sums = np.zeros((values.shape[0], values.shape[1] + 1))
-    np.cumsum(values, axis=1, out=sums[:, 1:])
+    """[batch, V] -> [batch, V+1]: column k holds the sum of the first k values, added one
+    by one from the first (``np.cumsum``'s order and values, bit for bit)."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    sums = np.empty((values.shape[0], values.shape[1] + 1))
+    running_sums(values, sums)
     return sums
+
+
+@compiled
+def running_sums(values, sums):
+    """Writes 0 and the running sums of each row of ``values`` into ``sums``, the running
+    sum held in a register (``np.cumsum`` stores and reloads it at every step).
+    # [batch, V], [batch, V + 1] out"""
+    for row in range(values.shape[0]):
+        running = 0.0
+        sums[row, 0] = running
+        for column in range(values.shape[1]):
+            running += values[row, column]
+            sums[row, column + 1] = running
 
 
 def prefix_scan_optimum(rows, all_in_mass: Callable, mass_bounds: Callable | None = None) -> OptimalAcceptance:
