@@ -434,6 +434,7 @@ class _HeadLaw:
         self.small_mass = np.zeros(times.size + 1)  # Σ m q over the tokens with large_start b
         self.top_values, self.top_counts = np.zeros(0), np.zeros(0)
         self.top_large_start = np.zeros(0, dtype=np.int64)  # the first node each is large at
+        self.reach = None  # [K + 1, nodes − 1], ``_scaled_moments``' first step
 
     def add(self, values, counts=None) -> None:
         """Add tokens of draft values ``values`` > 0, ``counts`` of each (1 by default).  # [tokens] x2"""
@@ -480,16 +481,11 @@ class _HeadLaw:
         """T_k(i) = Σ_{b≥i} (t_i/t_b)^k B_k(b) at the first ``num_nodes`` nodes, by doubling:
         after the step of span s, T(i) holds the bins i..i + 2s − 1 and ``reach`` (t_i/t_{i+2s})^k.
         # -> [K + 1, nodes]"""
-        size = self.times.size
-        scaled = self.moments[:, :size].copy()
-        powers = np.arange(self.series.shape[1])[:, None]
-        reach = (self.times[: size - 1] / self.times[1:size])[None, :] ** powers  # (t_i/t_{i+1})^k
-        span = 1
-        while span < size:
-            scaled[:, : size - span] += reach[:, : size - span] * scaled[:, span:]
-            reached = max(0, size - 2 * span)
-            reach = reach[:, :reached] * reach[:, span : span + reached]
-            span *= 2
+        if self.reach is None:  # (t_i/t_{i+1})^k, numpy's power, once per grid
+            powers = np.arange(self.series.shape[1])[:, None]
+            self.reach = (self.times[:-1] / self.times[1:])[None, :] ** powers
+        scaled = self.moments.copy()
+        _doubled_sums(scaled, self.reach)
         return scaled[:, :num_nodes]
 
 
@@ -514,6 +510,25 @@ def _tiny_at_every_node(values, counts, last_time, sums):
             others[count] = index
             count += 1
     return mass, others[:count]
+
+
+@compiled
+def _doubled_sums(scaled, reach):
+    """``_HeadLaw._scaled_moments``' doubling, in place on ``scaled`` (B_k(b) in, T_k(i) out):
+    at span s = 1, 2, 4, ..., T(i) += reach(i)·T(i + s), then reach(i) ← reach(i)·reach(i + s),
+    each step from the values of the step before (i ascending reads i + s before it changes),
+    as numpy's slice expressions compute them. # [K + 1, nodes] in place, [K + 1, nodes − 1]"""
+    rows, size = scaled.shape
+    reach = reach.copy()
+    span = 1
+    while span < size:
+        for k in range(rows):
+            for node in range(size - span):
+                scaled[k, node] += reach[k, node] * scaled[k, node + span]
+        for k in range(rows):
+            for node in range(max(0, size - 2 * span)):
+                reach[k, node] = reach[k, node] * reach[k, node + span]
+        span *= 2
 
 
 @compiled
