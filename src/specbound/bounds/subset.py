@@ -17,6 +17,7 @@ both generic in the draft law (each draft scheme says how to compute its Q):
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import numpy as np
 
 from specbound.compiled import compiled
