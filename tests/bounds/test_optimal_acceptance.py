@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
 from specbound.bounds.race import RACE_ACCURACY, _windows, race_all_in_mass
-from specbound.bounds.subset import restricted_order
+from specbound.bounds.subset import prefix_sums, restricted_order
 from specbound.cli import main
 from specbound.drafts import get_draft_scheme, optimal_acceptance, optimal_acceptance_bruteforce, optimal_acceptance_lp
 
@@ -356,3 +356,15 @@ def test_bounds_commands_reject_bad_input(capsys):
     assert "max_drafts" in capsys.readouterr().err
     assert main(["bounds", "optimum", "--target", "0.5,0.6", "--draft", "0.5,0.5"]) == 2
     assert "target_probs" in capsys.readouterr().err
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 300), st.integers(0, 2**31 - 1), st.sampled_from([np.float64, np.float32]))
+def test_prefix_sums_are_numpy_running_sums_bit_for_bit(rows, vocab, seed, dtype):
+    """prefix_sums' compiled loop adds in np.cumsum's order: its values are numpy's, bit for
+    bit, on rows spanning many magnitudes (float32 rows summed in float64, as numpy does)."""
+    rng = np.random.default_rng(seed)
+    values = (rng.random((rows, vocab)) * 10.0 ** rng.uniform(-30, 0, (rows, vocab))).astype(dtype)
+    expected = np.zeros((rows, vocab + 1))
+    np.cumsum(values, axis=1, out=expected[:, 1:])
+    assert np.array_equal(prefix_sums(values), expected)

@@ -205,7 +205,7 @@ def cut_marks(target, draft, factors, budget, drop_belows):
     weight w = p + F·q — w > 0 and not droppable (w ≤ ``budget``) below ``drop_belows[i]``,
     the least weight of the lowest level kept. Protection is the caller's. One cut at a
     time along the vocabulary, which compiles to vector instructions.
-    # [vocab] x2, [cuts ≤ 8] x2 with float budget -> [vocab] uint8"""
+    # [vocab] x2, [cuts ≤ 8], float, [cuts] -> [vocab] uint8"""
     marks = np.zeros(target.size, dtype=np.uint8)
     for cut in range(factors.size):
         factor, drop_below, bit = factors[cut], drop_belows[cut], np.uint8(1 << cut)
