@@ -339,7 +339,10 @@ def test_worker_processes_give_the_records_of_one_process(tmp_path):
             assert {method: list(values) for method, values in exact[num_drafts][1].items()} == alone[num_drafts][1]
             assert exact[num_drafts][2] == alone[num_drafts][2]
         assert ("rrs_without_replacement" in exact[4][1]) == computed
-        assert list(exact[4][1]) == methods if computed else list(exact[4][2]) == ["rrs_without_replacement"]
+        if computed:
+            assert list(exact[4][1]) == methods
+        else:
+            assert list(exact[4][2]) == ["rrs_without_replacement"]
     # collected, the pool stops and joins its workers and releases its block
     workers, name = list(study._pool.executor._processes.values()), study._pool.blocks[0].name
     study._pool = None

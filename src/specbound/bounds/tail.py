@@ -100,7 +100,7 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
     ascending = sorted(set(counts), key=lambda count: factors[count])
     masses = level_masses(target, draft, np.array([factors[count] for count in ascending]), budget,
                           _segment_ends(protected, draft.size))
-    cuts, drop_belows = {}, {}
+    dropped, drop_belows = {}, {}  # n -> (δp, δq, B), the least weight kept
     for count in counts:
         factor = factors[count]
         target_mass, draft_mass = masses[:, ascending.index(count)].T
@@ -114,7 +114,8 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
         dropped_draft = float(draft_mass[:drop_from].sum() + draft[dropped_extra].sum())
         # the least weight of level drop_from (∞ past the finite levels)
         drop_belows[count] = float(np.uint64(min(drop_from << LEVEL_SHIFT, INFINITY_BITS)).view(np.float64))
-        cuts[count] = (dropped_target, dropped_draft, dropped_target + factor * dropped_draft)
+        dropped[count] = (dropped_target, dropped_draft, dropped_target + factor * dropped_draft)
+    cuts = {}
     for start in range(0, len(counts), MARKS_PER_PASS):
         group = counts[start : start + MARKS_PER_PASS]
         marks = cut_marks(target, draft, np.array([factors[count] for count in group]), budget,
@@ -126,7 +127,7 @@ def cut_tails(target: np.ndarray, draft: np.ndarray, budget: float, counts) -> d
             tokens, kept_target, kept_draft = marked_tokens(marks, bit, target, draft)
             kept_target /= kept_target.sum()
             kept_draft /= kept_draft.sum()
-            cuts[count] = TailCut(kept_target, kept_draft, *cuts[count], tokens)
+            cuts[count] = TailCut(kept_target, kept_draft, *dropped[count], tokens)
     return {count: cuts[count] for count in counts}
 
 
