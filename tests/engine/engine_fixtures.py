@@ -17,6 +17,8 @@ import torch
 from scipy import stats as scipy_stats
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from specbound.engine.lm import Entries
+
 VOCAB = 6
 EOS = 0
 SIGNIFICANCE = 0.001
@@ -57,6 +59,18 @@ def noisy_copy(model, seed: int, noise: float):
             scale = parameter.abs().mean()
             parameter.add_(noise * scale * torch.randn(parameter.shape, generator=generator))
     return draft
+
+
+def extend(lm, token_ids, last_only: bool = False) -> torch.Tensor:
+    """Commit ``token_ids`` to row 0 of a single-row language model and return their
+    next-token logits: the row's prefill when it is empty, else one scored chain committed
+    whole.  # token_ids [n] -> logits [n, logits] ([1, logits] with last_only)"""
+    if lm.lengths[0] == 0:
+        return lm.prefill(0, token_ids, last_only=last_only)
+    tokens = [int(token) for token in token_ids]
+    scores = lm.score([Entries.chain(tokens)])
+    lm.commit([list(range(len(tokens)))])
+    return scores.logits(0, [len(tokens) - 1] if last_only else None)
 
 
 def exact_sequence_law(model, prompt, processing, num_tokens, eos=EOS) -> dict[tuple, float]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
-from engine_fixtures import tiny_config, tiny_model
+from engine_fixtures import extend, tiny_config, tiny_model
 from specbound.engine.lm import CausalLM, Entries
 
 PROMPT = [1, 2, 3, 4]
@@ -37,7 +37,7 @@ def score_tree(lm, tokens=TREE_TOKENS, parents=TREE_PARENTS):
 def test_tree_forward_equals_separate_forwards(architecture, attention):
     model = tiny_model(seed=3, architecture=architecture, attention=attention)
     lm = CausalLM(model)
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     tree_logits = score_tree(lm)
     assert lm.forward_calls == 2
     for node in range(len(TREE_TOKENS)):
@@ -50,7 +50,7 @@ def test_tree_mask_is_honoured():
     the equality above depends on the tree mask being used."""
     model = tiny_model(seed=3)
     lm = CausalLM(model)
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     tree_logits = score_tree(lm)
     causal_logits = full_forward_logits(model, PROMPT + TREE_TOKENS)
     assert (tree_logits[-1] - causal_logits).abs().max() > 1e-2
@@ -60,12 +60,12 @@ def test_tree_mask_is_honoured():
 def test_commit_path_equals_recomputing(path):
     model = tiny_model(seed=4)
     lm = CausalLM(model)
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     score_tree(lm)
     lm.commit([path])
     committed = PROMPT + [TREE_TOKENS[node] for node in path]
-    assert lm.committed_length == len(committed) == lm.length
-    next_logits = lm.extend([2, 5])
+    assert lm.lengths == [len(committed)] and lm.cache.length == len(committed)  # nothing pending is kept
+    next_logits = extend(lm, [2, 5])
     torch.testing.assert_close(next_logits[-1], full_forward_logits(model, committed + [2, 5]),
                                rtol=1e-5, atol=1e-5)
     # and a second tree on top of the rolled-back cache is still exact
@@ -84,27 +84,19 @@ def test_tree_from_an_empty_cache():
 
 def test_commit_rejects_a_path_that_is_not_a_chain():
     lm = CausalLM(tiny_model(seed=4))
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     score_tree(lm)
     with pytest.raises(ValueError, match="paths"):
         lm.commit([[0, 4]])  # node 4 is a child of node 1
 
 
-def test_extend_refuses_while_a_tree_is_pending():
-    lm = CausalLM(tiny_model(seed=4))
-    lm.extend(PROMPT)
-    score_tree(lm, [1], [-1])
-    with pytest.raises(ValueError, match="commit"):
-        lm.extend([2])
-
-
 def test_bad_parents_are_refused():
     lm = CausalLM(tiny_model(seed=4))
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     with pytest.raises(ValueError, match="parent"):
         score_tree(lm, [1, 2], [-1, 1])  # a parent not yet created
     with pytest.raises(ValueError, match="token_ids"):
-        lm.extend([99])
+        extend(lm, [99])
 
 
 class DoubledLogits(Qwen2ForCausalLM):
@@ -121,7 +113,7 @@ def test_models_with_extra_logit_processing_are_scored_exactly():
     torch.manual_seed(6)
     model = DoubledLogits(tiny_config()).eval()
     lm = CausalLM(model)
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     tree_logits = score_tree(lm)
     for node in range(len(TREE_TOKENS)):
         expected = full_forward_logits(model, node_prefix(node))
@@ -194,7 +186,7 @@ def test_a_single_chain_uses_no_mask_and_still_scores_exactly(monkeypatch):
     """Plain decoding and chains of one sequence take the model's own causal attention."""
     model = tiny_model(seed=4)
     lm = CausalLM(model)
-    lm.extend(PROMPT)
+    extend(lm, PROMPT)
     built = []
     original = CausalLM._mask
     monkeypatch.setattr(CausalLM, "_mask", lambda self, *args: built.append(1) or original(self, *args))

@@ -39,12 +39,13 @@ def make_decoder(pair, temperature):
 
 def test_real_tree_forward_equals_separate_forwards(pair):
     from specbound.engine import CausalLM
+    from specbound.engine.lm import Entries
 
     draft = pair[1].model
     lm = CausalLM(draft)
     prompt = [1000, 2000, 3000]
-    lm.extend(prompt)
-    logits = lm.extend_tree([11, 12, 13], [2, 2, 3]).logits()  # 11, 12 siblings; 13 below 11
+    lm.prefill(0, prompt)
+    logits = lm.score([Entries([11, 12, 13], [-1, -1, 0])]).logits(0)  # 11, 12 siblings; 13 below 11
     for row, path in enumerate([[11], [12], [11, 13]]):
         with torch.no_grad():
             expected = draft(input_ids=torch.tensor([prompt + path])).logits[0, -1].float()

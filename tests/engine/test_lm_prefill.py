@@ -1,4 +1,4 @@
-"""The prefill twin: a long first ``extend`` run by a wider-dtype copy of the model, its
+"""The prefill twin: a long first prefill run by a wider-dtype copy of the model, its
 keys/values moved into the model's cache in the model's dtype; every later forward is
 the model's own."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
-from engine_fixtures import noisy_copy, tiny_config, tiny_model
+from engine_fixtures import extend, noisy_copy, tiny_config, tiny_model
 from specbound.engine.lm import CausalLM, Entries
 
 PROMPT = [1, 2, 3, 4, 5, 0, 2, 2, 4, 1, 3, 5, 5, 1, 0, 4, 2, 3, 1, 4]  # 20 tokens
@@ -29,10 +29,10 @@ def count_calls(model) -> list:
 
 def run_session(lm, last_only=False) -> list[torch.Tensor]:
     """Prefill, extend, a tree, commit a path of it, extend again: every logits returned."""
-    outputs = [lm.extend(PROMPT, last_only=last_only), lm.extend([3]), lm.extend([0, 5])]
+    outputs = [extend(lm, PROMPT, last_only=last_only), extend(lm, [3]), extend(lm, [0, 5])]
     outputs.append(lm.score([Entries(TREE_TOKENS, TREE_PARENTS)]).logits(0))
     lm.commit([COMMITTED_PATH])
-    outputs.append(lm.extend([4, 1]))
+    outputs.append(extend(lm, [4, 1]))
     outputs.append(lm.score([Entries([2, 3], [-1, -1])]).logits(0))
     return outputs
 
@@ -66,7 +66,7 @@ def test_same_dtype_twin_changes_nothing(build, last_only):
     expected = run_session(plain, last_only)
     assert len(twin_calls) == 1  # the prompt, and nothing after it
     assert with_twin.forward_calls == plain.forward_calls == 6
-    assert with_twin.length == plain.length
+    assert with_twin.lengths == plain.lengths and with_twin.cache.length == plain.cache.length
     for output, reference in zip(outputs, expected):
         assert output.shape == reference.shape
         torch.testing.assert_close(output, reference, rtol=1e-6, atol=1e-6)
@@ -93,7 +93,7 @@ def test_float32_twin_of_a_bfloat16_model(seed):
     with_twin = CausalLM(model, prefill_model=twin, prefill_min_tokens=MIN_TOKENS)
     plain = CausalLM(model)
 
-    prefill_logits = with_twin.extend(PROMPT)
+    prefill_logits = extend(with_twin, PROMPT)
     assert len(twin_calls) == 1
     assert prefill_logits.dtype == torch.float32
     for layer in with_twin.cache.layers:
@@ -116,9 +116,9 @@ def test_float32_twin_prefill_is_no_worse_than_bfloat16_prefill():
     float32 reference as the all-bfloat16 prefill's, up to one ulp."""
     model = tiny_model(seed=2).to(torch.bfloat16)
     twin = copy.deepcopy(model).float()
-    reference = CausalLM(copy.deepcopy(twin)).extend(PROMPT)
-    twin_error = (CausalLM(model, prefill_model=twin).extend(PROMPT) - reference).abs().max()
-    plain_error = (CausalLM(model).extend(PROMPT) - reference).abs().max()
+    reference = extend(CausalLM(copy.deepcopy(twin)), PROMPT)
+    twin_error = (extend(CausalLM(model, prefill_model=twin), PROMPT) - reference).abs().max()
+    plain_error = (extend(CausalLM(model), PROMPT) - reference).abs().max()
     assert twin_error <= plain_error + BF16_EPS * reference.abs().max()
 
 
@@ -132,18 +132,18 @@ def test_short_prompts_and_later_extends_do_not_use_the_twin():
     plain = CausalLM(model)
 
     short = PROMPT[: MIN_TOKENS - 1]
-    torch.testing.assert_close(lm.extend(short), plain.extend(short), rtol=0, atol=0)
+    torch.testing.assert_close(extend(lm, short), extend(plain, short), rtol=0, atol=0)
     # a long extend on a non-empty cache: the model's own forward
-    torch.testing.assert_close(lm.extend(PROMPT), plain.extend(PROMPT), rtol=0, atol=0)
+    torch.testing.assert_close(extend(lm, PROMPT), extend(plain, PROMPT), rtol=0, atol=0)
     assert twin_calls == []
 
     # exactly the threshold on an empty cache: the twin, hence other logits
     lm.reset()
     plain.reset()
     at_threshold = PROMPT[:MIN_TOKENS]
-    twin_logits = lm.extend(at_threshold)
+    twin_logits = extend(lm, at_threshold)
     assert len(twin_calls) == 1
-    assert (twin_logits - plain.extend(at_threshold)).abs().max() > 1e-2
+    assert (twin_logits - extend(plain, at_threshold)).abs().max() > 1e-2
     assert lm.forward_calls == 1
 
     # a tree on an empty cache never uses the twin
@@ -157,7 +157,7 @@ def test_threshold_is_configurable():
     twin = copy.deepcopy(model)
     twin_calls = count_calls(twin)
     lm = CausalLM(model, prefill_model=twin, prefill_min_tokens=1)
-    lm.extend([3])
+    extend(lm, [3])
     assert len(twin_calls) == 1
 
 

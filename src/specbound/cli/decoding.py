@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from specbound.engine.methods import Method
 
 
-# Measured (benchmarks/README.md, "llama.cpp backend"): our plain decoding on llama.cpp
-# against on torch bf16, in one interleaved run.
-LLAMA_CPP_PLAIN_SPEEDUP = "about 5×"
-LLAMA_CPP_SPEEDUP_WHERE = "plain decoding of the embedded pair on a 2-core AMD EPYC"
-
-
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     models = parser.add_argument_group("models")
     models.add_argument("--target", default="default-target",
@@ -185,5 +179,6 @@ def missed_fast_backend(asked: str, chosen: str, sources, device: str) -> str | 
         return None
     if not all(is_gguf(source) for source in sources if source is not None):
         return None
-    return (f"decoding on torch: llama-cpp-python is not installed. On llama.cpp's kernels these GGUF files decode "
-            f"{LLAMA_CPP_PLAIN_SPEEDUP} faster ({LLAMA_CPP_SPEEDUP_WHERE}); install it with {INSTALL_LLAMA_CPP}")
+    return (f"decoding on torch: llama-cpp-python is not installed. llama.cpp's kernels run these GGUF files as they "
+            f"are, at their own quantisation, where torch decodes a dequantised copy (benchmarks/README.md compares the "
+            f"two); install it with {INSTALL_LLAMA_CPP}")

@@ -3,8 +3,7 @@
 Speculative decoding pays when the target scores many rows for little more than one, and
 the draft costs little: both are properties of the machine, the backend, the model and its
 precision (on an AVX2-only CPU a bf16 torch forward costs time linear in its rows; with
-AVX512-BF16, AMX or a GPU, 16 rows cost little more than one; llama.cpp's quantised kernels
-on this project's 2-core EPYC cost nearly linear time up to 8 rows). ``measure_costs`` times one engine forward
+AVX512-BF16, AMX or a GPU, 16 rows cost little more than one). ``measure_costs`` times one engine forward
 of k new rows — a tree of k children below a context of ``CONTEXT`` tokens, as the engine
 scores them — for k in ``ROWS``, and the minimum over repeats (the least disturbed figure
 on a shared machine). ``CostBook`` keeps the measurements in one JSON file per cache, keyed
@@ -75,8 +74,8 @@ def float32_beats_bf16(rows: int = 256, width: int = 1536, repeats: int = 3) -> 
     """Whether a long forward runs faster in float32 than in bf16 on this CPU, measured: one
     [rows × width] by [width × 4·width] product in each dtype (a prefill's MLP layer), the
     minimum over ``repeats``; float32 wins when bf16 takes over 1.25× as long. True on an
-    AVX2-only CPU (bf16 is emulated there: ~4× slower), False with AVX512-BF16 or AMX (bf16
-    runs at about twice float32's speed). Well under a second, once per process."""
+    AVX2-only CPU (bf16 is emulated there), False with AVX512-BF16 or AMX (native bf16
+    units). Measured once per process."""
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn((rows, width), generator=generator)
     weight = torch.randn((4 * width, width), generator=generator)

@@ -221,7 +221,7 @@ class Decoder:
     row) in one call right after the target's forward (``Scores.prefetch``), instead of node
     by node as the walk reaches them; a batch of rows always gets its roots in one call. It
     pays where a matrix product of k rows costs about one row's (AVX512-BF16, AMX, a GPU:
-    the target's head alone is ~30 ms a call on the default pair), not where the cost is
+    the head, vocabulary × hidden, is read whole by every call), not where the cost is
     linear in rows (AVX2); ``ModelPair.auto_decoder`` decides it from the measured costs."""
 
     def __init__(self, target: LanguageModel, drafter: Drafter | None, processing: Processing, eos_token_ids=(),

@@ -33,8 +33,7 @@ once per batch. Shared cells were computed in one forward and round as it did (b
 every branch sequence; a cell that belongs to no sequence is free again.
 
 **Not batch-invariant.** llama.cpp's matrix products tile by the number of rows, so a row
-scored inside a k-row forward differs from the same row scored alone by rounding (measured
-on the default target, T = 0.7: total variation 0 at 2 rows, up to 0.043 at 4–16 rows;
+scored inside a k-row forward differs from the same row scored alone by rounding (how much:
 ``benchmarks/bench_llamacpp_invariance.py``). Verification is exact for
 the rows the verification forward computed — the law sampled is the target's as that
 forward computes it, as in llama.cpp's own loop — and ``generate_batch`` gives the tokens of
@@ -92,7 +91,7 @@ def _llama():
     except ImportError as error:
         raise ImportError(
             "the llama.cpp backend needs llama-cpp-python: pip install 'specbound[llamacpp]' (builds llama.cpp from "
-            "source, ~5 minutes on 2 cores, needs a C compiler and cmake)"
+            "source: needs a C compiler and cmake)"
         ) from error
     with _backend_lock:
         if not _backend_ready:
@@ -147,7 +146,7 @@ class LlamaCppModel:
     def scorer(self) -> LlamaCppLM:
         """The model's context for whole-sequence scoring (``LlamaCppLM.sequence_logits``),
         made on first use and kept: a study scores every unit with one forward, and a new
-        context each time paid its KV allocation and llama.cpp's graph reservation again.
+        context would pay its KV allocation and llama.cpp's graph reservation each time.
         (It holds the model and the model holds it; ``__del__`` frees its context first.)"""
         if self._scorer is None:
             self._scorer = LlamaCppLM(self)

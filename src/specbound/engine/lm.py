@@ -198,33 +198,6 @@ class CausalLM:
         self.model_seconds = 0.0
         self._pending: list[list[_Pending]] = [[] for _ in range(self.batch_size)]
 
-    # -- single-sequence conveniences --------------------------------------------------------
-    @property
-    def committed_length(self) -> int:
-        """Committed entries of a single-row cache."""
-        self._single("committed_length")
-        return self.lengths[0]
-
-    @property
-    def length(self) -> int:
-        """Cached entries of a single-row cache, committed and pending."""
-        self._single("length")
-        return self.lengths[0] + len(self._pending[0])
-
-    def extend(self, token_ids, last_only: bool = False) -> torch.Tensor:
-        """Append committed tokens to a single-row cache; return their next-token logits.
-        The first call on an empty cache is a prefill (by the twin when it has one).
-        # token_ids [n] -> logits [n, logits_size] float32 ([1, logits_size] if last_only)"""
-        self._single("extend")
-        if self._pending[0]:
-            raise ValueError("extend: speculative entries are pending; commit a path first")
-        tokens = self._checked_tokens(token_ids)
-        if self.lengths[0] == 0:
-            return self.prefill(0, tokens, last_only=last_only)
-        scores = self.score([Entries.chain(tokens.tolist())])
-        self.commit([list(range(len(tokens)))])
-        return scores.logits(0, [len(tokens) - 1] if last_only else None)
-
     # -- the batched interface ----------------------------------------------------------------
     def prefill_rows(self, prompts: dict[int, list[int]]) -> None:
         """Commit each prompt of ``prompts`` (row -> tokens) as the whole prefix of its empty
@@ -368,10 +341,6 @@ class CausalLM:
         self._pending = [[] for _ in rows]
 
     # -- internals ---------------------------------------------------------------------------
-    def _single(self, what: str) -> None:
-        if self.batch_size != 1:
-            raise ValueError(f"{what}: defined for a single-row cache, this one has {self.batch_size} rows")
-
     def _checked_tokens(self, token_ids) -> torch.Tensor:
         tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
         if tokens.numel() == 0:

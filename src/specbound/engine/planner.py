@@ -47,8 +47,7 @@ RECOVERED_SHARE = 0.5  # ρ: share of the rejected mass each further draft at a 
 REPLAN_EVERY = 8  # steps between plans
 # A drafting plan must be predicted this much faster than plain decoding to be chosen: the
 # prediction leaves out the time outside the models and rests on costs measured once, so a
-# plan predicted a few percent faster can run slower (benchmarks/README.md, llama.cpp backend:
-# a prompt-lookup chain ran at 0.62-0.76x plain decoding on these kernels).
+# plan predicted a few percent faster can run slower (benchmarks/README.md, llama.cpp backend).
 MIN_GAIN = 1.1
 OWN_STEPS = 16  # steps after which a candidate is predicted from its own accepted lengths
 PSEUDO_COUNT = 8.0  # weight of the prior in a(d, k), in verifications
@@ -230,8 +229,8 @@ class Planner:
         For k = 1 the planner uses, where it has them, the exact single-draft acceptances
         Σ min(p, q) of every node verified at depth d, whatever its number of drafts: the
         descents of one-draft nodes alone are biased upward by a budgeted tree, which gives
-        one child to the nodes its draft is confident at (on humaneval they predicted chain
-        γ = 8 at 16.6 tokens/s after eight steps of sparse trees; it ran at ~12).
+        one child to the nodes its draft is confident at, so they would over-predict deep
+        chains.
 
         Each drafter has its own evidence (``drafter``): prompt lookup's drafts are accepted
         at rates that say nothing of the draft model's."""
@@ -249,8 +248,7 @@ class Planner:
         if drafts == 1 and evidence.overlaps:
             # Each depth shrunk toward the one above it, not toward the all-depth mean: a plan
             # of γ yields nothing below depth γ, and the mean, which the first and hardest
-            # depth dominates, under-predicted every deeper chain, so none was tried again
-            # (humaneval: auto held γ = 5 while a fixed γ = 6 ran faster).
+            # depth dominates, would under-predict every deeper chain, so none would be tried.
             observed = prior
             for shallower in range(depth + 1):
                 hits, seen = evidence.overlaps.get(shallower, (0.0, 0))
@@ -280,8 +278,7 @@ class Planner:
         steps ({children: share}; 0 where the tree ended there): the candidate's own steps,
         else every budgeted candidate's pooled, else None (the shape's most). A budget
         spreads its nodes over the tree, so a path node seldom has the most children a node
-        may get — predicting as if it had overstated budgeted trees (on the README's job,
-        12.55 tokens/s predicted, 9.35 measured)."""
+        may get — predicting as if it had would overstate budgeted trees."""
         counts = self._path_children.get(candidate, {}).get(depth)
         if not counts:
             counts = {}

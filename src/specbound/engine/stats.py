@@ -128,16 +128,6 @@ class RunStats:
         return (decoding - self.model_seconds) / decoding if decoding > 0 else 0.0
 
     @property
-    def mean_tree_size(self) -> float:
-        """Drafted nodes per step."""
-        return sum(self.tree_sizes) / len(self.tree_sizes) if self.tree_sizes else 0.0
-
-    @property
-    def expected_accepted_length(self) -> float | None:
-        """Mean of the exact per-step expected accepted drafts (when recorded)."""
-        return sum(self.expected_lengths) / len(self.expected_lengths) if self.expected_lengths else None
-
-    @property
     def accepted_length_histogram(self) -> list[int]:
         """Entry k: number of steps that accepted exactly k draft tokens."""
         histogram = [0] * (max(self.accepted_lengths, default=-1) + 1)

@@ -75,11 +75,3 @@ class DraftTree:
         draft_tokens = {node: drafts.cpu() for node, drafts in self.draft_tokens.items()}
         draft_rows = {node: probs.cpu() for node, probs in self.draft_probs.items()}
         return drafted_tree(self.parents, self.tokens, draft_tokens, scheme, draft_rows, target_rows.cpu())
-
-    def path_to(self, node: int) -> list[int]:
-        """Nodes from the root's first child down to ``node``."""
-        path = []
-        while node != 0:
-            path.append(node)
-            node = self.parents[node]
-        return path[::-1]

@@ -16,7 +16,7 @@ from pathlib import Path
 from specbound.models.gguf import EMBEDDED_GGUFS
 
 BACKENDS = ("auto", "llama.cpp", "torch")
-INSTALL_LLAMA_CPP = "pip install 'specbound[llamacpp]'  (builds llama.cpp from source: ~5 minutes on 2 cores)"
+INSTALL_LLAMA_CPP = "pip install 'specbound[llamacpp]'  (builds llama.cpp from source: needs a C compiler and cmake)"
 
 
 def is_gguf(source) -> bool:

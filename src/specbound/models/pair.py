@@ -7,15 +7,14 @@ end a sequence, and a way to turn a prompt's text into ids. ``load_pair`` builds
 tests build one from tiny in-process models.
 
 Float32 twins: on a CPU without bfloat16 matrix units (AVX2 only) a bf16 forward costs
-time in proportion to its rows, so a 150-token prefill of the default target takes ~21 s
-in bf16 and ~5 s in float32, while one decoding step is fastest in bf16. With
-``float32_twins`` a study keeps an exact float32 copy of each bf16 model: it prefills the
-prompt (``engine.CausalLM(prefill_model=)``) and runs the draft's scoring forward, and the
-bf16 model does every decoding step. Costs 4 bytes per parameter more memory (about 8 GB
-for the default pair). Where bf16 has matrix units (AVX512-BF16, AMX) a twin prefills more
-slowly than bf16 (a 150-token prefill of the default target: ~1.1 s in bf16, ~2.4 s in
-float32 on this project's AMD EPYC), so the decoders prefill with a twin only where a long
-float32 product is measured faster than bf16 (``engine.costs.float32_beats_bf16``); the
+time in proportion to its rows and emulates bf16, so a long prefill is several times faster
+in float32, while one decoding step is fastest in bf16. With ``float32_twins`` a study keeps
+an exact float32 copy of each bf16 model: it prefills the prompt
+(``engine.CausalLM(prefill_model=)``) and runs the draft's scoring forward, and the bf16
+model does every decoding step. Costs 4 bytes per parameter more memory. Where bf16 has
+matrix units (AVX512-BF16, AMX) a twin prefills more slowly than bf16, so the decoders
+prefill with a twin only where a long float32 product is measured faster than bf16
+(``engine.costs.float32_beats_bf16``); the
 scoring forward, float32 by definition (``studies.traces``), uses the twin everywhere.
 """
 
