@@ -8,11 +8,11 @@ p. For an explicit joint law on a small vocabulary this module solves that LP it
 (``specbound.verifiers.optimal``). Letters: p = target (SPEC.md §0).
 
 Size: K draft tuples over V tokens make K·V variables and K + V − 1 constraints. HiGHS'
-time grows faster than the variables: on this project's 2-core CPU about
-3e-8·(K + V)·K·V s (the upper end over with/without-replacement and greedy joint laws,
-K·V from 8,000 to 343,000; fixture A at n = 7, 65,536 variables: 22 s). ``lp_seconds``
-is that estimate; an LP above ``LP_SECONDS_LIMIT`` (or ``MAX_LP_VARIABLES``) is refused
-with ``checks.WorkLimitError`` before it is built.
+time grows faster than the variables, as (K + V)·K·V (the upper end over
+with/without-replacement and greedy joint laws; its cost per entry:
+``work_limits.LP_SECONDS_PER_ENTRY``). ``lp_seconds`` is that estimate; an LP above
+``LP_SECONDS_LIMIT`` (or ``MAX_LP_VARIABLES``) is refused with ``checks.WorkLimitError``
+before it is built.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ import scipy.sparse
 
 from specbound.checks import within_limit
 from specbound.probability import as_distributions
+from specbound.work_limits import LP_SECONDS_FIXED, LP_SECONDS_PER_ENTRY
 
 MAX_LP_VARIABLES = 1_000_000
 LP_SECONDS_LIMIT = 10.0
-SECONDS_PER_LP_ENTRY = 3e-8  # per (constraint × variable), see the module docstring
 
 
 def lp_seconds(num_tuples: int, vocab_size: int) -> float:
     """Estimated seconds of ``optimal_coupling`` for K = ``num_tuples`` tuples over V tokens."""
-    return 0.01 + SECONDS_PER_LP_ENTRY * (num_tuples + vocab_size) * num_tuples * vocab_size
+    return LP_SECONDS_FIXED + LP_SECONDS_PER_ENTRY * (num_tuples + vocab_size) * num_tuples * vocab_size
 LP_TOLERANCE = 1e-10  # HiGHS primal and dual feasibility tolerance (its tightest setting)
 
 

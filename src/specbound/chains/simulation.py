@@ -16,7 +16,7 @@ Work: at most T rounds per run, each drafting up to L = min(γ, T) tokens (at mo
 left of the horizon) along M drafts from rows of V states, so time grows as runs·M·T·L·V
 and memory as runs·M·(L + V) (the drafts
 and the rows sampled from at one offset). ``simulation_seconds`` and ``simulation_bytes``
-estimate both (measured on this project's 2-core CPU, upper ends of several shapes); a
+estimate both (per-operation costs from ``specbound.work_limits``); a
 simulation beyond ``SIMULATION_SECONDS_LIMIT`` or ``SIMULATION_BYTES_LIMIT`` is refused
 with ``checks.WorkLimitError`` before it starts.
 """
@@ -31,11 +31,10 @@ import numpy as np
 from specbound.chains.theory import MarkovChainPair, check_lookahead, check_num_drafts
 from specbound.checks import positive_int, within_limit
 from specbound.probability import residual, sample_from
+from specbound.work_limits import SIMULATION_SECONDS_PER_DRAFTED_ENTRY, SIMULATION_SECONDS_PER_ROUND
 
 SIMULATION_SECONDS_LIMIT = 30.0
 SIMULATION_BYTES_LIMIT = 2 * 2**30
-SECONDS_PER_DRAFTED_ENTRY = 5e-9  # per run, draft, position, drafted offset and state
-SECONDS_PER_ROUND = 2e-8  # per run, position and draft: the root's recursive rejection
 BYTES_PER_DRAFT_ENTRY = 8 * 4  # int64 drafts, float64 rows and sample_from's temporaries
 
 
@@ -45,7 +44,8 @@ def simulation_seconds(num_runs: int, horizon: int, vocab_size: int, num_drafts:
     tokens per position on average (each round drafts at most what is left of the horizon)."""
     drafted = min(horizon if lookahead is None else lookahead, (horizon + 1) / 2)
     return num_runs * horizon * num_drafts * (
-        SECONDS_PER_DRAFTED_ENTRY * drafted * (vocab_size + 8) + SECONDS_PER_ROUND * (1 + 8 / num_drafts))
+        SIMULATION_SECONDS_PER_DRAFTED_ENTRY * drafted * (vocab_size + 8)
+        + SIMULATION_SECONDS_PER_ROUND * (1 + 8 / num_drafts))
 
 
 def simulation_bytes(num_runs: int, horizon: int, vocab_size: int, num_drafts: int = 1,

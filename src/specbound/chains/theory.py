@@ -21,8 +21,8 @@ target chain and ``m_t`` (the law of x_t) evolves as m_t = m_{t-1} · P_t.
 
 Work: a chain pair holds 2·T·V² numbers and the exact costs work on a few more arrays of
 that shape, M times over for M drafts (the residual chain Π r_m is M steps) and γ times
-for a lookahead γ. ``chain_bytes`` and ``exact_cost_seconds`` estimate it (measured on
-this project's 2-core CPU: about 1e-8 s per T·V²·M and per T·V²·γ); drawing a chain and
+for a lookahead γ. ``chain_bytes`` and ``exact_cost_seconds`` estimate it (a cost per
+T·V²·M and per T·V²·γ entry from ``specbound.work_limits``); drawing a chain and
 the exact costs refuse with ``checks.WorkLimitError`` beyond ``CHAIN_BYTES_LIMIT`` and
 ``EXACT_SECONDS_LIMIT``.
 """
@@ -37,11 +37,18 @@ import numpy as np
 from specbound.checks import positive_int, within_limit
 from specbound.probability import as_distributions, as_target_and_draft, total_variation
 from specbound.verifiers.rrs import unaccepted_mass
+from specbound.work_limits import (
+    CHAIN_DRAW_SECONDS_PER_ENTRY,
+    CHAIN_SECONDS_PER_ENTRY,
+    IMPROVEMENT_SECONDS_FIXED,
+    IMPROVEMENT_SECONDS_PER_STEP,
+    IMPROVEMENT_SECONDS_PER_STEP_TOKEN,
+    IMPROVEMENT_SECONDS_PER_TOKEN,
+)
 
 CHAIN_BYTES_LIMIT = 2 * 2**30  # a chain pair and the arrays of its exact costs
 EXACT_SECONDS_LIMIT = 30.0
 ARRAYS_PER_CHAIN = 6  # P, Q, (P − Q)+, Π r_m·p^{M+1}, min(P, Q) and a temporary, each [T, V, V]
-SECONDS_PER_CHAIN_ENTRY = 1e-8  # per T·V² entry and per draft (the residual chain) or lookahead step
 
 
 def chain_bytes(horizon: int, vocab_size: int) -> float:
@@ -51,7 +58,7 @@ def chain_bytes(horizon: int, vocab_size: int) -> float:
 
 def chain_draw_seconds(horizon: int, vocab_size: int) -> float:
     """Seconds of ``random_chain_pair``: 2·T·V² Dirichlet coordinates and the row checks."""
-    return 1.2e-7 * horizon * vocab_size**2
+    return CHAIN_DRAW_SECONDS_PER_ENTRY * horizon * vocab_size**2
 
 
 def exact_cost_seconds(horizon: int, vocab_size: int, num_drafts, lookahead: int | None = None) -> float:
@@ -60,7 +67,7 @@ def exact_cost_seconds(horizon: int, vocab_size: int, num_drafts, lookahead: int
     for M = ∞) and once per offset of a finite lookahead (at most T)."""
     drafts = 1 if num_drafts == math.inf else num_drafts
     steps = drafts + (0 if lookahead is None else min(lookahead, horizon) + 1)
-    return SECONDS_PER_CHAIN_ENTRY * horizon * vocab_size**2 * (steps + 2)
+    return CHAIN_SECONDS_PER_ENTRY * horizon * vocab_size**2 * (steps + 2)
 
 
 def check_chain_size(horizon: int, vocab_size: int) -> None:
@@ -195,9 +202,10 @@ def batch_rejection_probability(target_probs, draft_probs, num_drafts) -> np.nda
 
 def batch_improvement_seconds(vocab_size: int, num_drafts) -> float:
     """Estimated seconds of one ``batch_improvement`` row: its checks, then M steps of the
-    residual chain over V tokens (one for M = ∞); measured, 2-core CPU."""
+    residual chain over V tokens (one for M = ∞)."""
     steps = 1 if num_drafts == math.inf else num_drafts
-    return 1e-4 + 3.5e-8 * vocab_size + steps * (4e-6 + 5e-9 * vocab_size)
+    return (IMPROVEMENT_SECONDS_FIXED + IMPROVEMENT_SECONDS_PER_TOKEN * vocab_size
+            + steps * (IMPROVEMENT_SECONDS_PER_STEP + IMPROVEMENT_SECONDS_PER_STEP_TOKEN * vocab_size))
 
 
 def batch_improvement(target_probs, draft_probs, num_drafts) -> np.ndarray:

@@ -4,8 +4,8 @@
 
 Inputs may be a batch of rows; every row gets its own records. Before anything runs, the
 work of all rows and every number of drafts asked for is estimated (``work_seconds``, from
-per-operation costs measured once on this project's 2-core CPU: constants, not measured on
-the machine that runs) and refused with ``checks.WorkLimitError`` beyond
+per-operation costs kept as constants in ``specbound.work_limits``, not measured on the
+machine that runs) and refused with ``checks.WorkLimitError`` beyond
 ``TABLE_SECONDS_LIMIT`` (or the number of seconds in the environment variable
 ``SPECBOUND_WORK_LIMIT_SECONDS``): the α* scans and the
 n-step products grow with n·V, the exponential race of α* without replacement with
@@ -36,14 +36,15 @@ from specbound.verifiers.rrs_exact import (
     recursion_seconds,
     three_draft_seconds,
 )
+from specbound.work_limits import (
+    RACE_SECONDS_PER_DRAFT_TOKEN,
+    TABLE_SECONDS_PER_DRAFT,
+    TABLE_SECONDS_PER_DRAFT_TOKEN,
+    TABLE_SECONDS_PER_TOKEN,
+)
 
 GAP_NOISE = 1e-9  # the LP verifier's optimum is exact to HiGHS' 1e-10 tolerances
 TABLE_SECONDS_LIMIT = 30.0
-# Measured on this project's 2-core CPU (V up to 151,936, n up to 10⁶), upper ends:
-SECONDS_PER_TOKEN = 3e-6  # sorts and scans of every method at one n, per token of a row
-SECONDS_PER_DRAFT = 5e-6  # one step of the n-step products (α* with replacement, RRS) ...
-SECONDS_PER_DRAFT_TOKEN = 1.2e-8  # ... and per token of the row
-RACE_SECONDS_PER_DRAFT_TOKEN = 2e-6  # α* without replacement, n ≥ 3: × n·(1 + n/40)·(V + 2000)
 
 
 def lossless_verifiers() -> list:
@@ -63,11 +64,11 @@ def work_seconds(target, draft, counts: list | range) -> float:
     support = int(support_size(draft).max())
     rejectable = np.count_nonzero(draft > target, axis=1)
     lp_reach = 64 if support == 1 else math.log(MAX_LP_VARIABLES / vocab_size) / math.log(support)
-    per_draft = SECONDS_PER_DRAFT + SECONDS_PER_DRAFT_TOKEN * vocab_size
+    per_draft = TABLE_SECONDS_PER_DRAFT + TABLE_SECONDS_PER_DRAFT_TOKEN * vocab_size
     total = 0.0
     head, tail_count, tail_sum = _split_counts(counts, math.floor(max(support, lp_reach)))
     for num_drafts in head:
-        per_row = SECONDS_PER_TOKEN * vocab_size + num_drafts * per_draft + _lp_seconds(support, vocab_size, num_drafts)
+        per_row = TABLE_SECONDS_PER_TOKEN * vocab_size + num_drafts * per_draft + _lp_seconds(support, vocab_size, num_drafts)
         if 3 <= num_drafts <= support:
             per_row += RACE_SECONDS_PER_DRAFT_TOKEN * num_drafts * (1 + num_drafts / 40) * (vocab_size + 2000)
         total += rows * per_row
@@ -78,7 +79,7 @@ def work_seconds(target, draft, counts: list | range) -> float:
             total += float(recursion[recursion <= RECURSION_SECONDS_LIMIT].sum())  # the rest is refused at once
         if total > 1000 * TABLE_SECONDS_LIMIT:
             return total
-    fixed = SECONDS_PER_TOKEN * vocab_size + (_lp_seconds(1, vocab_size, 1) if support == 1 else 0.0)
+    fixed = TABLE_SECONDS_PER_TOKEN * vocab_size + (_lp_seconds(1, vocab_size, 1) if support == 1 else 0.0)
     return total + rows * (tail_count * fixed + tail_sum * per_draft)
 
 

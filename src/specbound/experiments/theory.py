@@ -43,6 +43,11 @@ from specbound.checks import WORK_BYTES_VARIABLE, WORK_SECONDS_VARIABLE, positiv
 from specbound.probability import as_target_and_draft, total_variation
 from specbound.statistics import mean_and_standard_error, running_mean_and_standard_error
 from specbound.verifiers.biased import epsilon_sweep, loss_star, rejection_probability
+from specbound.work_limits import (
+    PARETO_SECONDS_PER_POINT_TOKEN,
+    PARETO_SECONDS_PER_SWEEP_POINT,
+    PARETO_SECONDS_PER_SWEEP_TOKEN,
+)
 
 @dataclass(frozen=True)
 class Experiment:
@@ -58,9 +63,7 @@ CHECKPOINTS = (10, 30, 100, 300, 1000, 3000, 10000)
 EXPERIMENT_SECONDS_LIMIT = 30.0
 EXPERIMENT_BYTES_LIMIT = 2 * 2**30
 BYTES_PER_IMPROVEMENT_ENTRY = 8 * 8  # target, draft, their checked copies, the residual chain
-PARETO_SECONDS_PER_POINT_ENTRY = 1e-7  # Loss*(b) and P(reject) of one random vector, per token
 PARETO_BYTES_PER_POINT_ENTRY = 8 * 6
-PARETO_SECONDS_PER_SWEEP_POINT = 3e-4  # one verifier built and measured, plus 1e-7 s per token
 
 
 def check_work(parts: list[tuple[str, float, float]]) -> None:
@@ -232,9 +235,9 @@ def pareto(target_probs, draft_probs, epsilons, methods, random_points: int, see
     sweep_points = (len(epsilons) if epsilons else 21) * len(methods)
     check_work([
         (f"random_points × vocabulary ({random_points:,} × {vocab_size:,})",
-         PARETO_SECONDS_PER_POINT_ENTRY * random_points * vocab_size, PARETO_BYTES_PER_POINT_ENTRY * random_points * vocab_size),
+         PARETO_SECONDS_PER_POINT_TOKEN * random_points * vocab_size, PARETO_BYTES_PER_POINT_ENTRY * random_points * vocab_size),
         (f"epsilons × methods × vocabulary ({sweep_points:,} sweep points × {vocab_size:,})",
-         sweep_points * (PARETO_SECONDS_PER_SWEEP_POINT + 1e-7 * vocab_size), PARETO_BYTES_PER_POINT_ENTRY * vocab_size),
+         sweep_points * (PARETO_SECONDS_PER_SWEEP_POINT + PARETO_SECONDS_PER_SWEEP_TOKEN * vocab_size), PARETO_BYTES_PER_POINT_ENTRY * vocab_size),
     ])
     tv = float(total_variation(target, draft)[0])
     epsilons = epsilons or np.linspace(0, max(float(np.max(draft - target)), 1e-3), 21).tolist()

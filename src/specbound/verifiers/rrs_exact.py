@@ -32,20 +32,19 @@ The row's passes, its two sorts (a radix sort on the floats' bits, ``probability
 the bracket passes are compiled loops (``specbound.compiled``); sums over the vocabulary are
 compensated (``_added``).
 
-Work limits (measured on this project's 2-core CPU; ``three_draft_seconds`` and
-``recursion_seconds`` estimate a call): a row's sorts and curve cost about 1e-7·V s, a
-bracket pass over B1 × B2 bins and V tokens about 1.5e-8·B1·B2 + 1e-8·V s, holding
-O(V + B2) memory. A row of more values than ``FIRST_BIN_COUNT`` starts at
+Work limits (``three_draft_seconds`` and ``recursion_seconds`` estimate a call, from the
+per-operation costs in ``specbound.work_limits``): a row's sorts and curve cost a constant
+per token, a bracket pass over B1 × B2 bins and V tokens one per pair of bins and one per
+token, holding O(V + B2) memory. A row of more values than ``FIRST_BIN_COUNT`` starts at
 ``COARSE_BIN_COUNT`` bins a side and refines only the x1 bins that carry the bracket's
 width (``_Bins``, ``_widest``): each is cut at the x1 bins of twice its count and bracketed
 again over x2 bins of its own, doubled at its first, third, … refinement and wherever it
 was not cut.
 Refinement stops where the next pass would take the n = 3 computation past
 ``BRACKET_SECONDS_LIMIT``; the acceptance is then the midpoint of the certified bracket
-reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (estimated at
-1e-4·(V + 1) s per level call; its last two levels are compiled, ``_two_draft_acceptance``,
-and a level call took 1e-5·(V + 1) s at 447 rejectable tokens of 1,000), with no bracket to
-fall back on, is refused (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
+reached, and a ``BracketWarning`` gives the bracket. The n ≥ 4 recursion (estimated per level
+call and per token of the vocabulary; its last two levels are compiled,
+``_two_draft_acceptance``), with no bracket to fall back on, is refused (``checks.WorkLimitError``) beyond ``RECURSION_SECONDS_LIMIT``.
 """
 
 from __future__ import annotations
@@ -59,17 +58,19 @@ import numpy as np
 from specbound.checks import WorkLimitError, within_limit
 from specbound.compiled import compiled
 from specbound.probability import ascending_order, mass_of_the_others, top_tokens
+from specbound.work_limits import (
+    RRS_SECONDS_PER_BIN_PAIR,
+    RRS_SECONDS_PER_LEVEL_TOKEN,
+    RRS_SECONDS_PER_PASS_TOKEN,
+    RRS_SECONDS_PER_ROW_TOKEN,
+)
 
 DEFAULT_TOLERANCE = 1e-10
 RECURSION_SECONDS_LIMIT = 20.0
-SECONDS_PER_LEVEL_TOKEN = 1e-4  # one level of the recursion, per token of the vocabulary
 BRACKET_SECONDS_LIMIT = 20.0
-SECONDS_PER_GROUP_BIN = 1.5e-8  # a pair of bins of a bracket pass
-SECONDS_PER_PASS_TOKEN = 1e-8  # a bracket pass, per token of the row
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
-SECONDS_PER_ROW_TOKEN = 1e-7  # a row's sorts and curve, before any pass
 FIRST_BIN_COUNT = 512  # one exact pass for rows of at most this many values on both sides (above, a pass of
-# a bin per value costs more than the coarse one and its refinements: 0.2 s against 2 ms at 3,800 values a side)
+# a bin per value costs more than the coarse one and its refinements: commit 31aaedd)
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
@@ -219,7 +220,7 @@ def three_draft_seconds(target_row, draft_row) -> float:
     rows take: ``benchmarks/results/study_exact_unit.md``)."""
     first = len(np.unique(draft_row[draft_row > target_row]))
     second = len(np.unique(draft_row[draft_row > 0]))
-    seconds = SECONDS_PER_ROW_TOKEN * len(draft_row)
+    seconds = RRS_SECONDS_PER_ROW_TOKEN * len(draft_row)
     if max(first, second) <= FIRST_BIN_COUNT:
         seconds += bracket_seconds(first, len(draft_row), second)
     else:
@@ -239,7 +240,7 @@ def recursion_seconds(rejectable: int, vocab_size: int, num_drafts: int) -> floa
         return math.inf
     else:
         calls = (float(rejectable) ** levels - 1) / (rejectable - 1)
-    return calls * SECONDS_PER_LEVEL_TOKEN * (1 + vocab_size)
+    return calls * RRS_SECONDS_PER_LEVEL_TOKEN * (1 + vocab_size)
 
 
 @compiled
@@ -566,7 +567,7 @@ class _Bins:
 def bracket_seconds(first_bins: int, tokens: int, second_bins: int) -> float:
     """Estimated seconds of one ``_bracket`` pass of ``first_bins`` × ``second_bins`` bins
     over ``tokens`` draft tokens (module docstring), the row's sorts not included."""
-    return SECONDS_PER_GROUP_BIN * first_bins * second_bins + SECONDS_PER_PASS_TOKEN * tokens
+    return RRS_SECONDS_PER_BIN_PAIR * first_bins * second_bins + RRS_SECONDS_PER_PASS_TOKEN * tokens
 
 
 @compiled(error_model="numpy")
@@ -647,7 +648,7 @@ class _ThreeLevels:
                                      np.ascontiguousarray(draft_row, dtype=np.float64))
         if arrays[0] <= 0:  # p ≤ q everywhere
             return None
-        return cls(*arrays, SECONDS_PER_ROW_TOKEN * len(draft_row))
+        return cls(*arrays, RRS_SECONDS_PER_ROW_TOKEN * len(draft_row))
 
     def first_bins(self, bins: int) -> np.ndarray:
         """Start indices (into ``first_values``) of at most ``bins`` bins of x1 values."""
