@@ -44,8 +44,8 @@ class WithoutReplacement(DraftScheme):
     def _sample_torch(self, draft_probs, num_drafts, generator):
         # Sequentially, as the scheme is defined: each draft by inverse CDF from q with the
         # drafts before it zeroed (a zero-weight token is never drawn, so the drafts are
-        # distinct). n running sums over the vocabulary cost less than the race's n = 1
-        # exponential per token (~10× at V = 151,936).
+        # distinct). n running sums over the vocabulary cost less than the race's one
+        # exponential draw per token.
         uniforms = uniforms_torch((draft_probs.shape[0], num_drafts), generator, draft_probs)
         weights, drawn = draft_probs, []
         for rank in range(num_drafts):

@@ -21,8 +21,7 @@ within the budget (``specbound.bounds.tail``, where the proof is); one cut per n
 drafts n, all n from one pass over the row. On the default pair at T = 0.7, n = 3, this
 keeps 30,000 of 151,936 tokens per row on average (63–137,710) on the llama.cpp backend's
 float32 rows (443 positions of four MMLU prompts, ``benchmarks/results/study_hu2025/
-tail_kept_tokens_amx_xeon.json``), about two thousand on the torch backend's bf16-rounded
-ones (measured when the cut went by max(p, q)). ``tail_budget = 0``
+tail_kept_tokens_amx_xeon.json``). ``tail_budget = 0``
 drops only tokens where p = q = 0: exact. B and the dropped masses are recorded per
 position.
 
@@ -266,10 +265,11 @@ KEPT_FREED_BYTES = 64 << 20  # blocks below this come from the heap; freed memor
 
 def _worker_setup() -> None:
     """A worker's BLAS on one thread: the workers already fill the cores, and a threaded BLAS
-    under each made two workers only 1.2× one (one thread each: 1.5×). And glibc's malloc
-    keeps the memory the worker frees: the exact part allocates and frees arrays of a cut
-    row's size (megabytes) at every step, and under glibc's adaptive mmap threshold many came
-    as fresh mappings, each paying its page faults again (measured in benchmarks/README.md).
+    under each has them compete for the same cores (two workers gain less over one with it
+    than without). And glibc's malloc keeps the memory the worker frees: the exact part
+    allocates and frees arrays of a cut row's size (megabytes) at every step, and under
+    glibc's adaptive mmap threshold many come as fresh mappings, each paying its page faults
+    again (round 6 of ``benchmarks/results/study_exact_unit.md``).
     Elsewhere than glibc the allocator is left as it is."""
     from threadpoolctl import threadpool_limits
 
@@ -391,8 +391,8 @@ def exact_acceptances(methods, pairs, num_drafts: int, scan_guesses=None, defer=
     once for the computations and every method reads the same checked form, so its sorts
     and searches are done once for all methods (``bounds.rows.RowPairs``; ``scan_guesses``:
     per row, a guess of its scan order or None, checked before it is used). One call per
-    row: batching rows of different lengths by padding was measured slower (the padding
-    costs more than the calls it saves). A verifier that attains its scheme's α* by
+    row: batching rows of different lengths by padding costs more than the calls it
+    saves. A verifier that attains its scheme's α* by
     construction takes the optimum's values when those are computed before it.
 
     A method that can refuse a row by estimating its work (``AcceptanceMethod.refusal_of``:
