@@ -180,5 +180,5 @@ def missed_fast_backend(asked: str, chosen: str, sources, device: str) -> str | 
     if not all(is_gguf(source) for source in sources if source is not None):
         return None
     return (f"decoding on torch: llama-cpp-python is not installed. llama.cpp's kernels run these GGUF files as they "
-            f"are, at their own quantisation, where torch decodes a dequantised copy (benchmarks/README.md compares the "
-            f"two); install it with {INSTALL_LLAMA_CPP}")
+            f"are, at their own quantisation, where torch decodes a dequantised copy, and are usually faster on a CPU "
+            f"(the README's speed tables); install it with {INSTALL_LLAMA_CPP}")
