@@ -9,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 WORK_LIMIT_NOTE = textwrap.fill(  # wrapped for the help texts printed as they are
-    "Work is estimated before it starts, from per-operation costs measured once on a 2-core CPU (constants, "
-    "not this machine's), and refused above 30 s or 2 GiB; the environment variables "
+    "Work is estimated before it starts, from per-operation costs kept as constants (specbound.work_limits, "
+    "not measured on this machine), and refused above 30 s or 2 GiB; the environment variables "
     "SPECBOUND_WORK_LIMIT_SECONDS and SPECBOUND_WORK_LIMIT_BYTES raise the limits.", 88)
 
 

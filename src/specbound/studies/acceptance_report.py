@@ -269,7 +269,7 @@ def scale_blocks(studies: list[StudyResults]) -> list:
         f"{mean['acceptance']:.1f} s; units of shorter generations cost less). At that rate Hu et al.'s table, "
         f"{PAPER_UNITS:,} units (1024 prompts × 4 tasks × 128 tokens), takes {hours:.1f} h on this machine, and "
         f"about {hours / 4:.1f} h on 4 or {hours / 16:.1f} h on 16 Ray workers like it (`--ray`: each worker "
-        "decodes its own batches; Ray's own cost per unit is milliseconds, README “Scale-out with Ray”).")]
+        "decodes its own batches; Ray's own cost per unit is milliseconds, docs/studies.md “Scale-out with Ray”).")]
 
 
 def _tail_blocks(studies: list[StudyResults]) -> list:
