@@ -8,7 +8,7 @@ import torch
 from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.api import Speculator
 from specbound.models.pair import ModelPair
-from specbound.models.precisions import AS_LOADED, PRECISIONS
+from specbound.engine.precisions import AS_LOADED, PRECISIONS
 from specbound.models.quantize import Int8Linear
 
 

@@ -21,6 +21,8 @@ progress bar per model go to standard error.
 
 from __future__ import annotations
 
+import numbers
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +30,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from specbound.checks import finite_number, positive_int, unicode_text
-from specbound.engine import Processing, RunStats, build_method
+from specbound.checks import positive_int, seed_value, unicode_text
+from specbound.engine import RunStats, build_method
+from specbound.engine.methods import method_options
 from specbound.engine.lm import PREFILL_CHUNK
-from specbound.engine.planner import Planner
-from specbound.models.precisions import AS_LOADED, PRECISIONS
+from specbound.engine.processing import Processing, Sampling
+from specbound.models import DTYPES as DTYPE_NAMES
+from specbound.engine.precisions import AS_LOADED, PRECISIONS
+
+DRAFTERS = ("model", "prompt-lookup")
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # the models' dtypes, by their names in torch
 
 
 @dataclass
@@ -50,33 +57,52 @@ class Speculator:
     ``target``/``draft``: embedded model names, ``.gguf`` files or Hugging Face folders
     (``draft=None``: the target alone, for ``autoregressive`` or prompt lookup);
     ``drafter``: "model" (the draft model) or "prompt-lookup" (n-grams of the prompt and the
-    text so far; no draft model is loaded); ``dtype``: the models' floating dtype;
-    ``target_precision`` (``models.precisions.PRECISIONS``): "as-loaded" (the model itself, at
+    text so far; no draft model is loaded); ``dtype``: the models' floating dtype,
+    ``torch.bfloat16`` or ``torch.float32`` (or their names);
+    ``target_precision`` (``engine.precisions.PRECISIONS``): "as-loaded" (the model itself, at
     ``dtype`` or a GGUF file's own types) or a weight-only "int8"/"int4" copy (CPU only) —
     never changed unless asked; ``draft_precisions``: the draft precisions the planner may
     use, forward by forward ("bf16", their old name for "as-loaded", is accepted);
     ``device``: "cpu" or "cuda"; ``backend``: "llama.cpp" (GGUF files on llama.cpp's kernels,
     as they are: precisions and dtype are the file's), "torch" or "auto" (llama.cpp where it
     applies: ``specbound.models.backends``); ``cache_dir``: where quantised copies and
-    measured costs are kept (default ``models.gguf.default_cache_dir``); ``progress``:
-    progress bars on standard error while models load and long prompts prefill."""
+    measured costs are kept (default ``paths.default_cache_dir``); ``progress``:
+    progress bars on standard error while models load and long prompts prefill.
+
+    Every argument is checked before any model loads: a TypeError or ValueError names it."""
 
     def __init__(self, target: str = "default-target", draft: str | None = "default-draft",
                  dtype: torch.dtype = torch.bfloat16, target_precision: str = AS_LOADED,
                  draft_precisions=PRECISIONS, device: str = "cpu", progress: bool = True,
                  drafter: str = "model", pair=None, backend: str = "auto", cache_dir=None):
         from specbound.models.backends import resolve_backend
-        from specbound.models.gguf import default_cache_dir
-        from specbound.models.pair import checked_device, load_pair
-        from specbound.models.precisions import precision_name
+        from specbound.paths import default_cache_dir
+        from specbound.models.pair import ModelPair, checked_device, load_pair
+        from specbound.engine.precisions import precision_name
         from specbound.models.quantize import quantize
 
-        if drafter not in ("model", "prompt-lookup"):
-            raise ValueError(f"drafter: expected 'model' or 'prompt-lookup', got {drafter!r}")
+        if pair is not None and not isinstance(pair, ModelPair):
+            raise TypeError(f"pair: expected a specbound.models.pair.ModelPair or None, got {type(pair).__name__}")
+        if pair is None:
+            model_source("target", target)
+            if draft is not None:
+                model_source("draft", draft)
+        dtype = checked_dtype(dtype)
+        if drafter not in DRAFTERS:
+            raise ValueError(f"drafter: expected one of {', '.join(map(repr, DRAFTERS))}, got {drafter!r}")
         target_precision = precision_name(target_precision, "target_precision")
+        if isinstance(draft_precisions, (str, bytes)) or not isinstance(draft_precisions, (list, tuple, set, frozenset)):
+            raise TypeError(f"draft_precisions: expected a list of precision names (of {', '.join(PRECISIONS)}), "
+                            f"got {type(draft_precisions).__name__}")
+        if not draft_precisions:
+            raise ValueError(f"draft_precisions: expected at least one of {', '.join(PRECISIONS)}")
         self.draft_precisions = tuple(dict.fromkeys(precision_name(precision, "draft_precisions")
                                                     for precision in draft_precisions))
         device = checked_device(device)  # before any model loads
+        if not isinstance(progress, bool):
+            raise TypeError(f"progress: expected True or False, got {progress!r}")
+        if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
+            raise TypeError(f"cache_dir: expected a folder (str or os.PathLike) or None, got {type(cache_dir).__name__}")
         if target_precision != AS_LOADED and device.type != "cpu":
             raise ValueError(f"target_precision: {target_precision} runs on CPU kernels only; on {device.type} keep "
                              f"the target {AS_LOADED} (target_precision={AS_LOADED!r}, --target-precision "
@@ -104,33 +130,42 @@ class Speculator:
     def generate(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.7,
                  top_k: int | None = None, top_p: float | None = None, method: str = "auto", seed: int = 0,
                  streamer=None, chat: bool = True, **method_options) -> Result:
-        """Decode ``prompt`` (text, formatted with the chat template when ``chat``, or token
-        ids as they are)."""
+        """Decode ``prompt`` (text, formatted with the chat template when ``chat``, or a list
+        of token ids as they are). ``method_options``: the options of ``method`` (none for
+        "auto"); any other keyword is refused, naming it."""
+        sampling, generator = check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer,
+                                            chat, method_options)
         if isinstance(prompt, str):
-            unicode_text("prompt", prompt)
-        positive_int("max_new_tokens", max_new_tokens)
-        finite_number("temperature", temperature, 0.0)
-        processing = Processing(temperature, top_k, top_p, self.pair.vocab_size)
-        prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) and chat else (
-            self.pair.tokenize(prompt) if isinstance(prompt, str) else [int(token) for token in prompt])
+            prompt_ids = self.pair.encode(prompt) if chat else self.pair.tokenize(prompt)
+        else:
+            prompt_ids = token_ids(prompt)
+            outside = [token for token in prompt_ids if token >= self.pair.vocab_size]
+            if outside:
+                raise ValueError(f"prompt: token ids must lie in [0, {self.pair.vocab_size}) (the models' vocabulary), "
+                                 f"got {outside[0]}")
         check_context(len(prompt_ids), max_new_tokens, self.pair.max_positions)
-        decoder, plan = self.decoder_for(processing, method, method_options)
+        decoder, plan = self.decoder_for(sampling, method, method_options)
         if self.progress and len(prompt_ids) > PREFILL_CHUNK:
             print(f"specbound: prefilling {len(prompt_ids):,} prompt tokens{self._prefill_estimate(len(prompt_ids))}",
                   file=sys.stderr)
-        generation = decoder.generate(prompt_ids, plan, max_new_tokens, torch.Generator().manual_seed(seed),
-                                      streamer=streamer)
+        generation = decoder.generate(prompt_ids, plan, max_new_tokens, generator, streamer=streamer)
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
-        described = plan.describe() if isinstance(plan, Planner) else ""
-        return Result(generation.tokens, text, generation.finish_reason, generation.stats, described)
+        return Result(generation.tokens, text, generation.finish_reason, generation.stats, plan.describe())
 
-    def decoder_for(self, processing: Processing, method: str = "auto", options: dict | None = None):
-        """(decoder, plan) for these sampling settings and ``method`` ("auto": the plan is a
-        ``Planner``, kept with its acceptance estimates for the next calls; otherwise the
-        built ``Method``); decode with ``decoder.generate(prompt_ids, plan, ...)``."""
+    def decoder_for(self, sampling: Sampling | Processing, method: str = "auto", options: dict | None = None):
+        """(decoder, plan) for the sampling settings ``sampling`` and ``method`` ("auto": the
+        plan is a ``Planner``, kept with its acceptance estimates for the next calls;
+        otherwise the built ``Method``); decode with ``decoder.generate(prompt_ids, plan,
+        ...)``. A ``Processing`` is taken for its sampling settings: the decoder's processing
+        has the pair's vocabulary."""
+        if isinstance(sampling, Processing):
+            sampling = sampling.sampling
+        elif not isinstance(sampling, Sampling):
+            raise TypeError(f"sampling: expected a Sampling, got {type(sampling).__name__}")
         options = options or {}
-        key = (processing, method, tuple(sorted(options.items())))
+        key = (sampling, method, tuple(sorted(options.items())))
         if key not in self._decoders:
+            processing = Processing.of(sampling, self.pair.vocab_size)
             if method == "auto":  # without a draft model it plans between plain decoding and prompt lookup
                 self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions, self.cache_dir)
             else:
@@ -144,6 +179,19 @@ class Speculator:
             for name, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
                 lm.prefill_progress = PrefillBar(f"prefill {name}") if self.progress else None
         return self._decoders[key]
+
+    def release_decoder(self, sampling: Sampling, method: str = "auto", options: dict | None = None) -> None:
+        """Forget the decoder ``decoder_for`` keeps for these arguments (its caches and, for
+        "auto", its planner go with it); a later call builds a new one."""
+        self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
+
+    def release_decoder(self, sampling: Sampling | Processing, method: str = "auto", options: dict | None = None) -> None:
+        """Forget the decoder ``decoder_for`` keeps for these arguments (its caches and, under
+        "auto", its planner's estimates); the next ``decoder_for`` builds a new one. No-op
+        where none is kept."""
+        if isinstance(sampling, Processing):
+            sampling = sampling.sampling
+        self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
 
     def _prefill_estimate(self, tokens: int) -> str:
         """', at least about N s on this machine' for a prefill of ``tokens`` by both models,
@@ -160,6 +208,84 @@ class Speculator:
         seconds = sum(prefill_seconds(cost, tokens) for cost in costs)
         return (f", at least about {seconds:,.{1 if seconds < 10 else 0}f} s on this machine (from its measured "
                 "forward costs, which leave out the attention's growth with the prompt)")
+
+
+def model_source(name: str, source) -> str | os.PathLike:
+    """``source`` (an embedded model's name, a ``.gguf`` file or a folder), refused
+    (TypeError naming ``name``) unless it is a non-empty str or an os.PathLike."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"{name}: expected an embedded model's name, a .gguf file or a Hugging Face folder (str or "
+                        f"os.PathLike), got {type(source).__name__}")
+    if not str(source).strip():
+        raise ValueError(f"{name}: expected an embedded model's name, a .gguf file or a Hugging Face folder, got an "
+                         "empty string")
+    return source
+
+
+def checked_dtype(dtype) -> torch.dtype:
+    """``dtype`` (a torch dtype or its name) as one of ``DTYPES``, else a TypeError or
+    ValueError naming ``dtype``."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(DTYPES)} (or torch.bfloat16, torch.float32), "
+                             f"got {dtype!r}")
+        return DTYPES[dtype]
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype: expected torch.bfloat16 or torch.float32 (or their names), got {type(dtype).__name__}")
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype: expected torch.bfloat16 or torch.float32 (or their names), got {dtype}")
+    return dtype
+
+
+def token_ids(prompt) -> list[int]:
+    """A prompt given as token ids, as a list of ints ≥ 0; anything else (bytes, floats,
+    bools, a number alone) is a TypeError or ValueError naming ``prompt``."""
+    if isinstance(prompt, (bytes, bytearray, memoryview)):
+        raise TypeError(f"prompt: expected text (str) or a list of token ids (ints), got {type(prompt).__name__}; "
+                        "decode bytes to text first")
+    if torch.is_tensor(prompt):
+        if prompt.dim() != 1 or prompt.dtype.is_floating_point or prompt.dtype.is_complex or prompt.dtype == torch.bool:
+            raise TypeError(f"prompt: expected a 1-D tensor of integer token ids, got {prompt.dim()}-D {prompt.dtype}")
+        prompt = prompt.tolist()
+    if not isinstance(prompt, (list, tuple, range)):
+        raise TypeError(f"prompt: expected text (str) or a list of token ids (ints), got {type(prompt).__name__}")
+    if not prompt:
+        raise ValueError("prompt: expected at least one token id")
+    for token in prompt:
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise TypeError(f"prompt: token ids must be ints, got {type(token).__name__} {token!r}")
+        if token < 0:
+            raise ValueError(f"prompt: token ids must be ≥ 0, got {token}")
+    return [int(token) for token in prompt]
+
+
+def check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer, chat,
+                  options: dict) -> tuple[Sampling, torch.Generator]:
+    """Every argument of one ``generate`` call, checked before anything is encoded or
+    loaded: (its sampling settings, the generator seeded with ``seed``). A TypeError or
+    ValueError names the argument at fault; ``options`` are the method's (none for "auto")."""
+    if isinstance(prompt, str):
+        unicode_text("prompt", prompt)
+    else:
+        token_ids(prompt)
+    positive_int("max_new_tokens", max_new_tokens)
+    sampling = Sampling(temperature, top_k, top_p)
+    if not isinstance(method, str):
+        raise TypeError(f"method: expected 'auto' or a method's name (str), got {type(method).__name__}")
+    taken = [] if method == "auto" else method_options(method)  # an unknown method: ValueError naming it
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise TypeError(f"{unknown[0]}: generate() takes no argument {unknown[0]!r}, and method {method!r} takes "
+                        + (f"no such option (its options: {', '.join(taken)})" if taken else "no options"))
+    if method != "auto":
+        build_method(method, **options)
+    seed = seed_value("seed", seed)
+    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer: expected an object with put() and end() (transformers' streamer interface), got "
+                        f"{type(streamer).__name__}")
+    if not isinstance(chat, bool):
+        raise TypeError(f"chat: expected True or False, got {chat!r}")
+    return sampling, torch.Generator().manual_seed(seed)
 
 
 class PrefillBar:
@@ -197,9 +323,8 @@ def generate(prompt, max_new_tokens: int = 128, temperature: float = 0.7, top_k:
              top_p: float | None = None, method: str = "auto", seed: int = 0, streamer=None,
              target: str = "default-target", draft: str | None = "default-draft", **options) -> Result:
     """``Speculator(target, draft).generate(prompt, ...)`` in one call (loads the models:
-    keep a ``Speculator`` to decode several prompts)."""
-    if isinstance(prompt, str):
-        unicode_text("prompt", prompt)  # before the models load
-    positive_int("max_new_tokens", max_new_tokens)
+    keep a ``Speculator`` to decode several prompts). Every argument is checked before the
+    models load."""
+    check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer, True, options)
     return Speculator(target, draft).generate(prompt, max_new_tokens, temperature, top_k, top_p, method, seed,
                                               streamer, **options)

@@ -8,7 +8,7 @@ import argparse
 import math
 from pathlib import Path
 
-LARGEST_SEED = 2**63 - 1  # numpy takes any non-negative int; torch.manual_seed 64 bits
+from specbound.checks import LARGEST_SEED
 
 
 def integer(minimum: int | None = None, maximum: int | None = None):

@@ -12,6 +12,7 @@ import os
 
 WORK_SECONDS_VARIABLE = "SPECBOUND_WORK_LIMIT_SECONDS"  # raises every limit on estimated seconds of work
 WORK_BYTES_VARIABLE = "SPECBOUND_WORK_LIMIT_BYTES"  # ... and on estimated bytes
+LARGEST_SEED = 2**63 - 1  # numpy takes any non-negative int; torch.manual_seed 64 bits
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:
@@ -20,6 +21,16 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
         raise ValueError(f"{name}: expected {_integer_phrase(minimum)}, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name}: expected {_integer_phrase(minimum)}, got {value}")
+    return int(value)
+
+
+def seed_value(name: str, value) -> int:
+    """``value`` as a seed: an int in [0, ``LARGEST_SEED``] (a TypeError for a non-integer, a
+    ValueError outside the range, each naming ``name``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer in [0, {LARGEST_SEED}], got {type(value).__name__} {value!r}")
+    if not 0 <= value <= LARGEST_SEED:
+        raise ValueError(f"{name}: expected an integer in [0, {LARGEST_SEED}], got {value}")
     return int(value)
 
 

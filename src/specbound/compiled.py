@@ -6,7 +6,7 @@ machine code on its first call and keeps that on disk. numba checks a cached loo
 its own file only, so a loop that calls another module's loop (``probability.pairwise_sum``
 from ``drafts.greedy`` and ``verifiers.kseq``) would keep the callee's old machine code
 after the callee changed — a wrong value or a crash. The cache folder is therefore
-``<cache>/numba/<digest>`` (``models.gguf.default_cache_dir``), the digest of the source of
+``<cache>/numba/<digest>`` (``paths.default_cache_dir``), the digest of the source of
 every module of the package that holds ``compiled`` loops: any change to any of them
 compiles afresh, into a new folder. Only these loops' cache moves; numba's setting for
 anything else stays as it was.
@@ -39,7 +39,7 @@ def compiled(function=None, **options):
 @cache
 def cache_folder() -> Path:
     """``<cache>/numba/<digest of the modules holding compiled loops>``."""
-    from specbound.models.gguf import default_cache_dir
+    from specbound.paths import default_cache_dir
 
     package = Path(__file__).parent
     digest = hashlib.sha256()

@@ -48,7 +48,7 @@ def test_an_int8_target_is_refused_on_llama_cpp_and_makes_auto_take_torch(no_mod
 
 def test_the_precision_options_name_each_precision_once_and_take_the_old_bf16(capsys):
     from specbound.cli import build_parser
-    from specbound.models.precisions import AS_LOADED, PRECISIONS
+    from specbound.engine.precisions import AS_LOADED, PRECISIONS
 
     parser = build_parser()
     defaults = parser.parse_args(["generate", "hi"])

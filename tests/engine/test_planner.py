@@ -7,7 +7,7 @@ from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
 from specbound.engine.planner import Evidence, Planner
-from specbound.models.precisions import AS_LOADED
+from specbound.engine.precisions import AS_LOADED
 
 ROWS = (1, 2, 4, 8, 16, 32)
 

@@ -16,7 +16,7 @@ from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_
 from specbound.engine.costs import cost_key
 from specbound.engine.lm import Entries
 from specbound.models.pair import ModelPair
-from specbound.models.precisions import AS_LOADED, PRECISIONS, precision_name
+from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.models.quantize import Int4Linear, Int8Linear, int4_grid, precision_of, quantize
 
 

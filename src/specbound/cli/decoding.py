@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from specbound import arguments
 from specbound.models import DTYPES
 from specbound.models.backends import BACKENDS
-from specbound.models.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
+from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 
 if TYPE_CHECKING:
     from specbound.engine.methods import Method
@@ -45,7 +45,7 @@ OLD_NAMES_HELP = "".join(f"; {old} is an old name of {name}" for old, name in OL
 
 
 def precision(text: str) -> str:
-    """A precision of ``models.precisions.PRECISIONS`` (an old name accepted)."""
+    """A precision of ``engine.precisions.PRECISIONS`` (an old name accepted)."""
     try:
         return precision_name(text.strip())
     except ValueError:

@@ -1,27 +1,34 @@
-"""The decoding engine: speculative decoding of transformers causal LMs (SPEC.md §6).
+"""The decoding engine: speculative decoding of causal LMs (SPEC.md §6).
 
 Data flows one way: model logits → ``Processing`` (shared by target and draft) → a
-drafter's tree (``drafters``) → one target call (``lm``) → the registry's verifiers
-(``decode``) → tokens and ``RunStats``. A ``Method`` (``methods``) says which tree and which
-verifier at each depth.
+drafter's tree (``drafters``) → one target call (a backend's language model,
+``backends``) → the registry's verifiers (``decode``) → tokens and ``RunStats``. A
+``Method`` (``methods``) says which tree and which verifier at each depth.
+
+The names below load on first use: importing ``specbound.engine.precisions`` or
+``specbound.engine.backends`` (what the command line builds its parser from) loads no torch.
 """
 
-from specbound.engine.decode import Decoder, Generation
-from specbound.engine.drafters import ModelDrafter, PromptLookupDrafter
-from specbound.engine.lm import CausalLM
-from specbound.engine.methods import METHODS, Method, build_method
-from specbound.engine.processing import Processing
-from specbound.engine.stats import RunStats
+_HOMES = {
+    "CausalLM": "specbound.engine.lm",
+    "Decoder": "specbound.engine.decode",
+    "Generation": "specbound.engine.decode",
+    "METHODS": "specbound.engine.methods",
+    "Method": "specbound.engine.methods",
+    "ModelDrafter": "specbound.engine.drafters",
+    "Processing": "specbound.engine.processing",
+    "PromptLookupDrafter": "specbound.engine.drafters",
+    "RunStats": "specbound.engine.stats",
+    "Sampling": "specbound.engine.processing",
+    "build_method": "specbound.engine.methods",
+}
 
-__all__ = [
-    "CausalLM",
-    "Decoder",
-    "Generation",
-    "METHODS",
-    "Method",
-    "ModelDrafter",
-    "Processing",
-    "PromptLookupDrafter",
-    "RunStats",
-    "build_method",
-]
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'specbound.engine' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_HOMES[name]), name)

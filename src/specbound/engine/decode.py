@@ -49,8 +49,7 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.engine.lm import Entries
-from specbound.engine.methods import Method
-from specbound.engine.planner import Planner
+from specbound.engine.methods import Method, Schedule
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
@@ -172,6 +171,21 @@ class Sequence:
     def __post_init__(self):
         self.context = list(self.prompt)
 
+    def emit(self, outcome: StepOutcome, eos_token_ids: frozenset[int], record_target_probs: bool) -> list[int]:
+        """Append a step's tokens, up to the first of ``eos_token_ids`` or the length limit;
+        return those appended."""
+        emitted = outcome.emitted[: self.max_new_tokens - len(self.new_tokens)]
+        for index, token in enumerate(emitted):
+            if token in eos_token_ids:
+                emitted, self.finish_reason = emitted[: index + 1], "eos"
+                break
+        self.new_tokens += emitted
+        self.context += emitted
+        if record_target_probs:
+            self.rows += outcome.target_probs[: len(emitted)]
+        self.done = self.finish_reason == "eos" or len(self.new_tokens) >= self.max_new_tokens
+        return emitted
+
     def cells(self, method) -> int:
         """Cache entries the sequence may need at most (the LMs' ``cells`` hint)."""
         return len(self.prompt) + self.max_new_tokens + method.max_nodes + 1
@@ -241,7 +255,7 @@ class Decoder:
                 "processing's vocab_size to the shared tokenizer size"
             )
 
-    def generate(self, prompt_ids, method: Method | Planner, max_new_tokens: int, generator: torch.Generator,
+    def generate(self, prompt_ids, method: Schedule, max_new_tokens: int, generator: torch.Generator,
                  record_target_probs: bool = False, record_expected: bool = False,
                  streamer: Streamer | None = None, observer: StepObserver | None = None) -> Generation:
         """Sample up to ``max_new_tokens`` tokens after ``prompt_ids`` with ``method``
@@ -249,7 +263,7 @@ class Decoder:
         return self.generate_batch([prompt_ids], method, max_new_tokens, [generator], record_target_probs,
                                    record_expected, streamer, observer)[0]
 
-    def generate_batch(self, prompts, method: Method | Planner, max_new_tokens: int, generators,
+    def generate_batch(self, prompts, method: Schedule, max_new_tokens: int, generators,
                        record_target_probs: bool = False, record_expected: bool = False,
                        streamer: Streamer | None = None, observer: StepObserver | None = None) -> list[Generation]:
         """Decode the sequences ``prompts`` together, sequence b drawing its randomness from
@@ -257,8 +271,9 @@ class Decoder:
         same generator state. Its ``stats`` hold its own counts; the phase times and the
         wall time are the batch's.
 
-        ``method`` may be a ``Planner`` (``--method auto``): it names the method of every
-        step, re-planning as it learns from the steps run.
+        ``method`` is a ``Schedule``: a fixed ``Method``, or a ``Planner`` (``--method
+        auto``) that names the method of every step, re-planning as it learns from the steps
+        run.
 
         ``observer(index, tree, target_rows)``, when given, is called at every step that
         drafted, for sequence ``index`` of ``prompts``, with its ``DraftTree`` and the target
@@ -283,7 +298,7 @@ class Decoder:
             streamer.end()
         return [batch.generation(sequence) for sequence in sequences]
 
-    def start(self, method: Method | Planner, record_target_probs: bool = False, record_expected: bool = False,
+    def start(self, method: Schedule, record_target_probs: bool = False, record_expected: bool = False,
               observer: StepObserver | None = None) -> Batch:
         """An empty ``Batch`` decoding with ``method`` (the options as ``generate_batch``
         takes them); sequences join it with ``Batch.add``. One batch at a time per decoder:
@@ -293,8 +308,8 @@ class Decoder:
         return Batch(self, method, record_target_probs, record_expected, observer)
 
     # -- one step ----------------------------------------------------------------------------
-    def _step(self, active: list[Sequence], method: Method, stats: RunStats,
-              saw: StepHook | None = None) -> list[tuple[DraftTree, StepOutcome]]:
+    def step(self, active: list[Sequence], method: Method, stats: RunStats,
+             saw: StepHook | None = None) -> list[tuple[DraftTree, StepOutcome]]:
         """One speculative step for every sequence of ``active``: the module docstring's
         four steps, in order. ``saw``, when given, is shown every row that drafted, its
         target rows read, after the target call and before verification."""
@@ -418,21 +433,6 @@ class Decoder:
             with stats.timed("draft"):
                 self.drafter.commit([step.tree for step in steps], [outcome.path for outcome in outcomes])
 
-    # -- bookkeeping -------------------------------------------------------------------------
-    def _emit(self, sequence: Sequence, outcome: StepOutcome, record_target_probs: bool) -> list[int]:
-        """Append the step's tokens to the sequence, up to an EOS or its length limit."""
-        emitted = outcome.emitted[: sequence.max_new_tokens - len(sequence.new_tokens)]
-        for index, token in enumerate(emitted):
-            if token in self.eos_token_ids:
-                emitted, sequence.finish_reason = emitted[: index + 1], "eos"
-                break
-        sequence.new_tokens += emitted
-        sequence.context += emitted
-        if record_target_probs:
-            sequence.rows += outcome.target_probs[: len(emitted)]
-        sequence.done = sequence.finish_reason == "eos" or len(sequence.new_tokens) >= sequence.max_new_tokens
-        return emitted
-
     def check_sequence(self, prompt: list[int], max_new_tokens: int, generator: torch.Generator) -> None:
         """Refuse (ValueError naming the argument) a sequence the models cannot decode: no
         prompt, token ids outside the vocabulary, more positions than the model has, a
@@ -464,14 +464,13 @@ class Batch:
     (``add_row``), each prompt prefilled alone — then runs one step for every admitted
     sequence. A sequence that ends (EOS, its own ``max_new_tokens``) leaves the batch in the
     step that ended it; ``remove`` takes one out between steps, its cache rows freed at once.
-    ``method`` (a ``Method`` or a ``Planner``, which re-plans every few of the batch's steps)
-    is the batch's for its life. ``stats`` holds the batch's phase times."""
+    ``method`` (a ``Schedule``: a fixed ``Method``, or a ``Planner`` that re-plans every few
+    of the batch's steps) is the batch's for its life. ``stats`` holds the batch's phase times."""
 
-    def __init__(self, decoder: Decoder, method: Method | Planner, record_target_probs: bool = False,
+    def __init__(self, decoder: Decoder, method: Schedule, record_target_probs: bool = False,
                  record_expected: bool = False, observer: StepObserver | None = None):
         self.decoder = decoder
         self.method = method
-        self.planner = method if isinstance(method, Planner) else None
         self.record_target_probs = record_target_probs
         self.record_expected = record_expected
         self.observer = observer
@@ -516,18 +515,18 @@ class Batch:
         if not self.active:
             return []
         decoder = self.decoder
-        current = self.planner.method_for(self.steps) if self.planner else self.method
+        current = self.method.method_for(self.steps)
         self.last_method = current
         models = self._models()
         model_seconds_before = sum(lm.model_seconds for lm in models)
         saw = self._saw if self.observer is not None or self.record_expected else None
-        trees_and_outcomes = decoder._step(self.active, current, self.stats, saw)
+        trees_and_outcomes = decoder.step(self.active, current, self.stats, saw)
         self.model_seconds += sum(lm.model_seconds for lm in models) - model_seconds_before
-        if self.planner is not None and current.depth:
+        if current.depth:
             for tree, outcome in trees_and_outcomes:  # steps that drafted nothing count too (no lookup match)
-                self.planner.observe(current, tree, outcome.path, outcome.target_probs)
+                self.method.observe(current, tree, outcome.path, outcome.target_probs)
         self.steps += 1
-        emitted = [(sequence, decoder._emit(sequence, outcome, self.record_target_probs))
+        emitted = [(sequence, sequence.emit(outcome, decoder.eos_token_ids, self.record_target_probs))
                    for sequence, (_, outcome) in zip(self.active, trees_and_outcomes)]
         remaining = [row for row, sequence in enumerate(self.active) if not sequence.done]
         if len(remaining) < len(self.active):

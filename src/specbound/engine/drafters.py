@@ -24,7 +24,7 @@ from specbound.engine.lm import CausalLM, Entries
 from specbound.engine.methods import Levels
 from specbound.engine.processing import PROBS_DTYPE, Processing
 from specbound.engine.tree import DraftTree
-from specbound.models.precisions import AS_LOADED
+from specbound.engine.precisions import AS_LOADED
 
 
 def draw_drafts(scheme_name: str, num_drafts: int, draft_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

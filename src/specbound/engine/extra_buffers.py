@@ -118,7 +118,7 @@ def probe_verdict(cache_dir=None) -> dict:
     in ``<cache>/extra_buffers.json`` (one writer at a time: a file lock)."""
     from filelock import FileLock
 
-    from specbound.models.gguf import default_cache_dir
+    from specbound.paths import default_cache_dir
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,7 @@ from specbound.checks import positive_int
 from specbound.engine.extra_buffers import use_extra_buffers
 from specbound.engine.lm import Entries
 from specbound.engine.machine import file_fingerprint
-from specbound.models.precisions import AS_LOADED
+from specbound.engine.precisions import AS_LOADED
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
 DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)

@@ -24,7 +24,7 @@ so the head's cost on the other nodes is saved. This needs the model's logits to
 logits from every forward.
 
 Optional **variants** (the same model at other precisions, ``models.quantize``; the model
-itself is the variant ``models.precisions.AS_LOADED``) share the one cache: a forward can
+itself is the variant ``engine.precisions.AS_LOADED``) share the one cache: a forward can
 run on any of them (``score(..., variant=name)``), so a drafter picks, forward by forward,
 the precision that is fastest for that many rows. The cache's keys and values then come
 from several precisions; that changes the draft's law a little, never losslessness (the
@@ -56,7 +56,7 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.engine.cache import SpeculativeCache
-from specbound.models.precisions import AS_LOADED
+from specbound.engine.precisions import AS_LOADED
 
 PREFILL_CHUNK = 512  # tokens per prefill forward (module docstring)
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -181,6 +182,38 @@ class Method:
         if self.tree_verifier is not None:
             return float(self.tree_verifier.expected_accepted(drafted))
         return tokenwise_expected_accepted(drafted, self.verifier_at)
+
+    # -- a fixed method is its own schedule (``Schedule``) ------------------------------------
+    def method_for(self, step: int) -> Method:
+        """The method of every step: this one."""
+        return self
+
+    def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None:
+        """A fixed method learns nothing from the steps it ran."""
+
+    def describe(self) -> str:
+        """A fixed method has no plans to describe."""
+        return ""
+
+
+class Schedule(Protocol):
+    """What a decoder runs: the method of each step. A fixed ``Method`` is its own schedule;
+    the ``engine.planner.Planner`` (``--method auto``) chooses step by step and learns from
+    the steps it ran (``observe``)."""
+
+    name: str
+
+    @property
+    def depth(self) -> int: ...  # the deepest tree any of its methods drafts
+
+    @property
+    def max_nodes(self) -> int: ...  # the largest tree any of its methods drafts
+
+    def method_for(self, step: int) -> Method: ...
+
+    def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None: ...
+
+    def describe(self) -> str: ...
 
 
 def autoregressive() -> Method:

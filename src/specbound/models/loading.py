@@ -36,7 +36,8 @@ import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig, PreTrainedModel, PreTrainedTokenizerBase
 
-from specbound.models.gguf import EMBEDDED_GGUFS, default_cache_dir, fetch_gguf, sha256_of_file
+from specbound.models.gguf import EMBEDDED_GGUFS, fetch_gguf, sha256_of_file
+from specbound.paths import default_cache_dir
 
 @contextlib.contextmanager
 def offline():
@@ -76,7 +77,7 @@ def load_model(
     bfloat16 is the default dtype of the torch backend; what a forward of several tokens costs
     in it depends on the CPU (``engine.costs`` says what is measured where, and the planner
     measures it). ``cache_dir``
-    defaults to ``specbound.models.gguf.default_cache_dir()``; ``progress`` shows the
+    defaults to ``specbound.paths.default_cache_dir()``; ``progress`` shows the
     fetch, convert and load steps on stderr. Raises ValueError for a source that is none
     of the three, and ``models.gguf.ModelPackageMissingError`` when an embedded model's
     wheels are not installed.

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbound.models.chat import encode_prompt, stop_token_ids
-from specbound.models.precisions import AS_LOADED, PRECISIONS, precision_name
+from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.models.quantize import precision_of, quantize
 
 
@@ -128,13 +128,13 @@ class ModelPair:
         returns (decoder, planner); decode with ``decoder.generate(..., planner, ...)``. The
         candidates draft with the draft model (when the pair has one) or by prompt lookup,
         whose drafts cost no forward. On torch on the CPU the draft runs each forward at the
-        precision of ``draft_precisions`` (``models.precisions.PRECISIONS``) measured fastest for
+        precision of ``draft_precisions`` (``engine.precisions.PRECISIONS``) measured fastest for
         its rows (its quantised copies are kept in the cache); elsewhere as loaded."""
         from specbound.engine import Decoder, ModelDrafter, PromptLookupDrafter
         from specbound.engine.costs import CostBook
         from specbound.engine.drafters import DrafterChoice
         from specbound.engine.planner import Planner, default_candidates
-        from specbound.models.gguf import default_cache_dir
+        from specbound.paths import default_cache_dir
 
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         book = CostBook(cache / "costs.json")
@@ -171,9 +171,20 @@ class ModelPair:
         return str(next(model.parameters()).dtype).removeprefix("torch.") if precision == AS_LOADED else precision
 
 
+DEVICES = ("cpu", "cuda")
+
+
 def checked_device(device) -> torch.device:
-    """``device`` as a torch device, refused (ValueError naming it) where torch cannot use it."""
-    device = torch.device(device)
+    """``device`` ("cpu", "cuda", "cuda:1" or a torch device of those types) as a torch
+    device, refused (TypeError or ValueError naming it) where it is none or torch cannot use it."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device: expected one of {', '.join(DEVICES)} (str or torch.device), got {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {device!r}") from None
+    if device.type not in DEVICES:
+        raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {str(device)!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device: cuda asked for, but torch sees no CUDA device on this machine")
     return device

@@ -18,7 +18,7 @@ the user's choice and never changed silently.
   proposes it, which is lossless as above and costs only acceptance where the target puts
   mass outside ``keep``.
 
-The precisions are named in ``models.precisions``: ``AS_LOADED`` (the model itself), "int8"
+The precisions are named in ``engine.precisions``: ``AS_LOADED`` (the model itself), "int8"
 and "int4" (the copies above).
 
 Which precision pays is a property of the machine: measure it (``engine.planner``).
@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from specbound.models.precisions import AS_LOADED, precision_name
+from specbound.engine.precisions import AS_LOADED, precision_name
 
 INT4_GROUP = 32
 INT4_SHRINK = tuple(1.0 - 0.025 * step for step in range(13))  # 1.0 down to 0.7
@@ -176,7 +176,7 @@ LAYERS = {"int8": Int8Linear, "int4": Int4Linear}
 
 def quantize(model: torch.nn.Module, precision: str, head: bool = True, cache_dir: Path | str | None = None):
     """A copy of ``model`` whose decoder Linear layers (and output head, with ``head``) run at
-    ``precision`` (``models.precisions``); ``AS_LOADED`` returns the model itself. CPU kernels only.
+    ``precision`` (``engine.precisions``); ``AS_LOADED`` returns the model itself. CPU kernels only.
 
     Quantising the default draft to int4 takes minutes on two cores, so with ``cache_dir``
     the quantised layers are saved once (safetensors, keyed by the model's fingerprint, the
