@@ -7,10 +7,11 @@ on this project's 2-core AMD EPYC when its estimate was written: issue 10 part 4
 36a5dd3 (the LP, RRS without replacement's recursion, the chains, the theory figures) and
 88a65b4 (the tables of ``accept`` and ``bounds``, the exponential race); the bracket passes
 of RRS without replacement follow their compiled form (fdd16ef, 72fc27e). The commit
-messages give the shapes and timings; no benchmark record is kept for them
-(``benchmarks/README.md``). They are constants, not measured on the machine that runs: a
-faster machine finishes sooner than estimated, and an estimate only decides whether to
-start. Memory is not calibrated: each module counts its own arrays' bytes.
+messages give the shapes and timings; ``benchmarks/bench_work_limits.py`` times each
+estimate's work on a machine against the estimate (``benchmarks/README.md``). They are
+constants, not measured on the machine that runs: a faster machine finishes sooner than
+estimated, and an estimate only decides whether to start. Memory is not calibrated: each
+module counts its own arrays' bytes.
 
 Letters: K draft tuples, V tokens of a row, n drafts, T a chain's horizon, M its drafts.
 """
