@@ -1,6 +1,6 @@
 """The user-facing pages stay short and their links lead somewhere: the README within its size,
 its first code block the two set-up commands, benchmarks/README.md within its size, and every
-relative link of the README, benchmarks/README.md and docs/*.md naming a file (and, with a
+relative link of the README, benchmarks/README.md and every page under docs/ naming a file (and, with a
 #fragment, a heading of that file) that exists."""
 
 import re
@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BENCHMARKS_README = ROOT / "benchmarks" / "README.md"
-PAGES = [README, BENCHMARKS_README, *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [README, BENCHMARKS_README, *sorted((ROOT / "docs").rglob("*.md"))]
 SET_UP_COMMANDS = ['pip install -e ".[models]" && specbound run',
                    'pip install -e ".[test]" && python -m pytest -q']
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")  # [text](target), images left out
