@@ -1,7 +1,7 @@
 """The user-facing pages stay short and their links lead somewhere: the README within its size,
 its first code block the two set-up commands, benchmarks/README.md within its size, and every
-relative link of the README, benchmarks/README.md and every page under docs/ naming a file (and, with a
-#fragment, a heading of that file) that exists."""
+relative link of the README, benchmarks/README.md and each page under docs/ naming a file
+(and, with a #fragment, a heading of that file) that exists."""
 
 import re
 from pathlib import Path
