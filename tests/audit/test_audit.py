@@ -1,0 +1,168 @@
+"""``audit``: correct speculative samplers pass, the two bug families of issue 42 fail (fixed
+seeds), our engine passes on tiny models on both backends, bad input is refused naming it.
+
+The bug families run on bigram tables (``audit_fixtures``: exact rows, thousands of samples
+in a second); our engine runs on the engine tests' tiny transformers models."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from audit_fixtures import (TableReference, bigram_pair, chain_sampler, exact_sampler, laws, prompts,
+                            shifted_sampler)
+from engine_fixtures import EOS, noisy_copy, tiny_model
+from specbound.audit import audit
+from specbound.audit.samplers import engine_sampler
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
+
+LEVEL = 1e-3
+TOP_K = 3
+
+
+@pytest.fixture(scope="module")
+def bigram():
+    target, draft = bigram_pair()
+    processing = Processing(0.7, TOP_K)
+    return {"reference": TableReference(target), "target": laws(target, processing),
+            "draft": laws(draft, processing), "draft_without_top_k": laws(draft, Processing(0.7))}
+
+
+def run(sampler, reference, samples=1024, max_new_tokens=16, count=4, **tolerances):
+    return audit(sampler, reference, prompts(count), temperature=0.7, top_k=TOP_K, max_new_tokens=max_new_tokens,
+                 samples=samples, seed=1, level=LEVEL, **tolerances)
+
+
+EXACT = {"tolerance": 0.0, "row_tolerance": 0.0}  # the tables' rows are exact: no rounding to tolerate
+
+
+@pytest.mark.parametrize("tolerances", [EXACT, {}], ids=["exact", "default-tolerances"])
+def test_speculative_sampling_passes(bigram, tolerances):
+    for sampler in (exact_sampler(bigram["target"]), chain_sampler(bigram["target"], bigram["draft"])):
+        result = run(sampler, bigram["reference"], **tolerances)
+        assert result.passed and result.p_value > 0.1
+
+
+def test_rejection_sampling_from_the_target_instead_of_the_residual_fails(bigram):
+    sampler = chain_sampler(bigram["target"], bigram["draft"], bug="target_residual")
+    result = run(sampler, bigram["reference"])  # at the default tolerances
+    assert not result.passed and result.p_value < 1e-4
+
+
+@pytest.mark.parametrize("tolerances, samples, max_new_tokens", [(EXACT, 1024, 16), ({}, 4096, 4)],
+                         ids=["exact", "default-tolerances"])
+def test_a_draft_law_other_than_the_one_drafted_from_fails(bigram, tolerances, samples, max_new_tokens):
+    """Drafts drawn with top-k, the ratio and residual computed with q without it (the
+    transformers bug of issue 42: a TV of 0.05 per token here, as there)."""
+    sampler = chain_sampler(bigram["target"], bigram["draft"], ratio_laws=bigram["draft_without_top_k"])
+    result = run(sampler, bigram["reference"], samples, max_new_tokens, count=8, **tolerances)
+    assert not result.passed and result.p_value < 1e-4
+
+
+def test_a_bias_toward_the_most_likely_token_fails(bigram):
+    """Half the tokens replaced by the most likely one: a sharpening (the power at a given
+    shift is proven on numbers alone, ``test_audit_statistics``)."""
+    result = run(shifted_sampler(bigram["target"], 0.5), bigram["reference"], samples=256)
+    assert not result.passed and result.pooled.p_value < LEVEL
+
+
+def test_result_reports_positions_and_samples(bigram):
+    seen = []
+    result = audit(exact_sampler(bigram["target"]), bigram["reference"], prompts(3), temperature=0.7, top_k=TOP_K,
+                   max_new_tokens=5, samples=7, seed=2, on_sample=lambda index, record: seen.append(index))
+    assert seen == list(range(7))
+    assert [record["prompt"] for record in result.samples] == [0, 0, 0, 1, 1, 2, 2]
+    assert len(set(record["seed"] for record in result.samples)) == 7
+    assert [stat.position for stat in result.positions] == [1, 2, 3, 4, 5]
+    assert all(stat.scored == 7 for stat in result.positions) and result.scored == 35
+    assert result.pit.shape == (7, 5) and np.all((0 <= result.pit) & (result.pit <= 1))
+    assert math.isinf(result.detectable_tv)  # 35 values detect nothing at 1e-3
+    again = audit(exact_sampler(bigram["target"]), bigram["reference"], prompts(3), temperature=0.7, top_k=TOP_K,
+                  max_new_tokens=5, samples=7, seed=2)
+    assert again.p_value == result.p_value and np.array_equal(again.pit, result.pit)
+
+
+def test_positions_after_an_early_end_are_fresh_uniforms_and_raise_detectable_tv(bigram):
+    full = exact_sampler(bigram["target"])
+    half = audit(lambda prompt, length, seed: full(prompt, length // 2, seed), bigram["reference"], prompts(4),
+                 temperature=0.7, top_k=TOP_K, max_new_tokens=16, samples=1024, seed=3)
+    assert half.passed and half.scored == 1024 * 8
+    assert [stat.scored for stat in half.positions] == [1024] * 8 + [0] * 8
+    whole = run(full, bigram["reference"], samples=1024)
+    assert half.detectable_tv == pytest.approx(2 * whole.detectable_tv)
+
+
+@pytest.mark.parametrize("sampler, message", [
+    (lambda prompt, length, seed: 1 / 0, "sampler: raised ZeroDivisionError"),
+    (lambda prompt, length, seed: [99], "sampler: sample 0 returned token id 99, outside the reference's vocabulary"),
+    (lambda prompt, length, seed: [-1], "outside the reference's vocabulary"),
+    (lambda prompt, length, seed: "3 4", "sampler: sample 0 returned str, not a list of token ids"),
+    (lambda prompt, length, seed: [1.5], "not a list of token ids"),
+    (lambda prompt, length, seed: [1] * (length + 1), "more than max_new_tokens"),
+])
+def test_a_bad_sampler_is_refused_naming_it(bigram, sampler, message):
+    with pytest.raises(ValueError, match=message):
+        audit(sampler, bigram["reference"], prompts(2), temperature=0.7, max_new_tokens=4, samples=4)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"prompts": []}, "prompts: expected a non-empty list"),
+    ({"prompts": [[1, 2], [40]]}, r"prompts: prompt 1 holds ids outside the reference's vocabulary \[0, 12\)"),
+    ({"prompts": [[]]}, "prompts: prompt 0 is not a non-empty list"),
+    ({"samples": 0}, "samples"),
+    ({"max_new_tokens": 0}, "max_new_tokens"),
+    ({"level": 1.0}, "level"),
+    ({"tolerance": -0.1}, "tolerance"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"vocab_size": 13}, "vocab_size: 13 exceeds the reference's 12 logits"),
+])
+def test_bad_arguments_are_refused_naming_them(bigram, arguments, message):
+    given = {"prompts": prompts(2), "temperature": 0.7, "max_new_tokens": 4, "samples": 4} | arguments
+    with pytest.raises(ValueError, match=message):
+        audit(exact_sampler(bigram["target"]), bigram["reference"], **given)
+
+
+def test_a_reference_of_another_kind_is_refused():
+    with pytest.raises(ValueError, match="reference: expected a .gguf file, a Hugging Face folder or a loaded model"):
+        audit(lambda prompt, length, seed: [1], 42, [[1]], temperature=0.7, max_new_tokens=1, samples=1)
+    with pytest.raises(ValueError, match="reference: .* is neither a .gguf file nor a Hugging Face folder"):
+        audit(lambda prompt, length, seed: [1], "/nonexistent/model", [[1]], temperature=0.7, max_new_tokens=1,
+              samples=1)
+
+
+# -- our engine on tiny models ---------------------------------------------------------------
+
+ENGINE_PROMPTS = [[1, 2, 3], [4, 5], [2, 2, 1, 3]]
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    target = tiny_model(seed=0)
+    return target, noisy_copy(target, seed=1, noise=0.7)
+
+
+@pytest.mark.parametrize("method, options", [("chain", {"gamma": 3}), ("tree", {"num_drafts": 2, "depth": 2})])
+def test_our_engine_passes_on_torch(tiny_models, method, options):
+    target, draft = tiny_models
+    processing = Processing(0.8)
+    decoder = Decoder(CausalLM(target), ModelDrafter(CausalLM(draft), processing), processing, (EOS,))
+    result = audit(engine_sampler(decoder, build_method(method, **options)), target, ENGINE_PROMPTS,
+                   temperature=0.8, max_new_tokens=6, samples=96, seed=0)
+    assert result.passed, result.p_value
+    assert 0 < result.scored <= 96 * 6
+
+
+def test_our_engine_passes_on_llama_cpp_against_a_gguf_file_without_tokenizer(tiny_models, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from gguf_fixtures import write_gguf
+    from specbound.engine.backends.llamacpp import LlamaCppLM, LlamaCppModel
+
+    target, draft = tiny_models
+    files = [write_gguf(model, tmp_path / f"{name}.gguf") for name, model in (("target", target), ("draft", draft))]
+    processing = Processing(0.8)
+    decoder = Decoder(LlamaCppLM(LlamaCppModel(files[0], threads=1)),
+                      ModelDrafter(LlamaCppLM(LlamaCppModel(files[1], threads=1)), processing), processing, (EOS,))
+    result = audit(engine_sampler(decoder, build_method("chain", gamma=3)), str(files[0]), ENGINE_PROMPTS,
+                   temperature=0.8, max_new_tokens=6, samples=96, seed=0)
+    assert result.passed, result.p_value
