@@ -177,7 +177,8 @@ def test_the_study_records_every_method_at_every_position_and_n(tmp_path):
     assert summary[(0.7, 3, "rrs")][0] <= summary[(0.7, 3, "optimal_with_replacement")][0] + 1e-12
     assert error >= 0.0
     gaps = gap_summary(results)  # paired: the per-token mean of α*_t − α_t
-    assert set(gaps) == {(t, n, m) for t in (0.7, 1.0) for n in (2, 3) for m in ("rrs", "kseq", "rrs_without_replacement", "greedy", "spechub")}
+    verified = ("rrs", "kseq", "rrs_without_replacement", "greedy", "spechub", "global_resolution")
+    assert set(gaps) == {(t, n, m) for t in (0.7, 1.0) for n in (2, 3) for m in verified}
     for (temperature, num_drafts, method), (gap, gap_error, _) in gaps.items():
         optimum = summary[(temperature, num_drafts, f"optimal_{get_verifier(method).scheme}")][0]
         if method == "spechub":  # at its own count, n = 2, whatever n the study asks for

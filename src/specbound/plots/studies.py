@@ -19,7 +19,7 @@ def plot_acceptance_curves(x_values, verifier_curves: dict, optimum_curves: dict
     """Acceptance per token against temperature or n: verifiers as solid lines with ±2
     standard-error bars, the optima α* dashed (curves map a label to (means [k], errors [k]))."""
     figure, axes = plt.subplots(figsize=(7.4, 4.8))
-    colors = iter(plt.cm.tab10.colors)
+    colors = iter(plt.cm.tab20.colors)  # eleven curves and more: tab10 runs out
     for label, (means, errors) in verifier_curves.items():
         axes.errorbar(x_values, means, yerr=_error_bars(errors), marker="o", ms=4, lw=1.4, capsize=3,
                       color=next(colors), label=label)

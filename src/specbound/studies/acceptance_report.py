@@ -152,6 +152,8 @@ PAPER_COMPARISONS = (
     ("RRS without vs with replacement", "rrs_without_replacement", "rrs"),
     ("greedy vs RRS without replacement", "greedy", "rrs_without_replacement"),
     ("K-SEQ vs RRS", "kseq", "rrs"),
+    ("Global Resolution vs K-SEQ", "global_resolution", "kseq"),
+    ("Global Resolution vs RRS", "global_resolution", "rrs"),
 )
 
 

@@ -191,8 +191,7 @@ class GlobalResolution(Verifier):
 
     name = "global_resolution"
     label = "Global Resolution (i.i.d., optimal)"
-    scheme = "with_replacement"
-    attains_optimum = True
+    scheme = "with_replacement"  # attains_optimum stays False: Σ min(p, z) is computed, α* up to rounding
 
     def _plans(self, target, draft, num_drafts, order=None):
         order = scan_order(target, draft) if order is None else order
