@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
-from specbound.engine.llamacpp import LlamaCppLM, llama_cpp_version
+from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
 from specbound.models.pair import load_llamacpp_pair
 
 

@@ -31,9 +31,10 @@ from tqdm import tqdm
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
-from specbound.engine.lm import CausalLM
+from specbound.engine.assembly import assemble
+from specbound.engine.backends.torch import CausalLM
+from specbound.engine.backends.torch_quantize import quantize
 from specbound.models.pair import load_pair
-from specbound.models.quantize import quantize
 
 DEFAULT_OURS = "chain:gamma=4,chain:gamma=6,sparse:budget=12:depth=6:width=3"
 
@@ -99,8 +100,8 @@ def main() -> int:
         pair = pair.with_target(quantize(pair.target, args.target_precision))
     pair = pair.to(args.device)
     processing = Processing(args.temperature, vocab_size=pair.vocab_size)
-    decoder, planner = pair.auto_decoder(processing)  # drafts at the fastest measured precision per forward
-    plain = pair.decoder(processing, None)
+    decoder, planner = assemble(pair, processing)  # drafts at the fastest measured precision per forward
+    plain = assemble(pair, processing, build_method("autoregressive")).decoder
     runners = {}
     if not args.no_hf:
         hf = dict(temperature=args.temperature, stop_ids=pair.eos_token_ids)

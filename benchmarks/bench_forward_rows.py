@@ -4,7 +4,7 @@ Speculative decoding pays when the target scores k + 1 rows (a chain of k drafts
 tree of k nodes) for little more than one row, and the draft is cheap. This benchmark
 measures, with the engine's own cost probe (``specbound.engine.costs.measure_costs``: one
 forward of k tree rows below a 200-token context, the minimum over repeats), the target at
-its precisions and the draft at bf16, int8 and int4 (``specbound.models.quantize``), for
+its precisions and the draft at bf16, int8 and int4 (``specbound.engine.backends.torch_quantize``), for
 k = 1, 2, 4, 8, 16, 32; it also times plain decoding steps of the target through the
 engine against transformers' own forward (the overhead outside the model) and records the
 processor's model and flags with every result.
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import torch
 
+from specbound.engine.backends.torch_quantize import quantize
 from specbound.engine.costs import cpu_description, machine_key, measure_costs
 from specbound.models.gguf import default_cache_dir
 from specbound.models.loading import load_model
-from specbound.models.quantize import quantize
 
 
 def lscpu() -> dict:

@@ -34,7 +34,8 @@ from bench_engine import run_interleaved
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
-from specbound.engine.llamacpp import LlamaCppLM, llama_cpp_version
+from specbound.engine.assembly import assemble
+from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
 from specbound.engine.planner import Planner
 from specbound.models.loading import gguf_file
 from specbound.models.pair import load_pair
@@ -122,17 +123,17 @@ def main() -> int:
         "llama.cpp lookup": lambda: llama_runner(
             Llama(str(target_path), draft_model=LlamaPromptLookupDecoding(), **speculative), args.temperature,
             stop_ids),
-        "ours plain (llama.cpp)": lambda: engine_runner(pair.decoder(processing, None), build_method("autoregressive")),
-        "ours auto (llama.cpp)": lambda: engine_runner(*pair.auto_decoder(processing)),
+        "ours plain (llama.cpp)": lambda: engine_runner(*assemble(pair, processing, build_method("autoregressive"))),
+        "ours auto (llama.cpp)": lambda: engine_runner(*assemble(pair, processing)),
         "ours lookup γ=4 (llama.cpp)": lambda: engine_runner(
             Decoder(LlamaCppLM(pair.target), PromptLookupDrafter(pair.vocab_size), processing, pair.eos_token_ids),
             build_method("chain", gamma=4)),
     }
     if args.torch:
         torch_pair = load_pair(args.target, args.draft, float32_twins=False, progress=False)
-        runners["ours plain (torch bf16)"] = lambda: engine_runner(torch_pair.decoder(processing, None),
-                                                                   build_method("autoregressive"))
-        runners["ours auto (torch bf16)"] = lambda: engine_runner(*torch_pair.auto_decoder(processing))
+        runners["ours plain (torch bf16)"] = lambda: engine_runner(*assemble(torch_pair, processing,
+                                                                             build_method("autoregressive")))
+        runners["ours auto (torch bf16)"] = lambda: engine_runner(*assemble(torch_pair, processing))
     if args.only:
         wanted = [label.strip() for label in args.only.split(",")]
         runners = {label: make for label, make in runners.items() if label in wanted}

@@ -23,9 +23,9 @@ import torch
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
+from specbound.engine.backends import Entries
+from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
 from specbound.engine.costs import measure_costs
-from specbound.engine.llamacpp import LlamaCppLM, llama_cpp_version
-from specbound.engine.lm import Entries
 from specbound.models.pair import load_pair
 
 ROWS = (2, 4, 8, 16)

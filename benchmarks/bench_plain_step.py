@@ -25,6 +25,7 @@ import torch
 from bench_forward_rows import lscpu
 from specbound.datasets import load_prompts
 from specbound.engine import Processing, build_method
+from specbound.engine.assembly import assemble
 from specbound.models.pair import load_pair
 
 
@@ -40,7 +41,8 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair("default-target", None, float32_twins=False, progress=False)
-    decoder = pair.decoder(Processing(args.temperature, vocab_size=pair.vocab_size), None, stop_at_eos=False)
+    decoder = assemble(pair, Processing(args.temperature, vocab_size=pair.vocab_size), build_method("autoregressive"),
+                       stop_at_eos=False).decoder
     method = build_method("autoregressive")
     prompt = pair.encode(load_prompts(args.prompts, limit=args.prompt_index + 1)[args.prompt_index].text)
     stop = sorted(pair.eos_token_ids)

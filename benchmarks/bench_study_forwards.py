@@ -8,7 +8,7 @@ them can make a unit cheaper than they are. Measured here, each the minimum over
 
 - prefill rate (tokens/s) of each model, one sequence of 256 tokens;
 - one decoding step of B rows (B = 16, 32) at 250 cached tokens a row, llama.cpp's KV cells
-  unified (one store for every sequence, as ``engine.llamacpp`` makes its contexts: trees
+  unified (one store for every sequence, as ``engine.backends.llamacpp`` makes its contexts: trees
   share their prefix's cells) and one stream per row (each row's attention sees only its
   own cells);
 - the same with 1 and 2 threads: whether a study could overlap its exact part (numpy/numba
@@ -16,7 +16,7 @@ them can make a unit cheaper than they are. Measured here, each the minimum over
   does more than half the work of two).
 
 Writes JSON with the processor (``lscpu``'s model and flags) and the llama.cpp build: its
-library, its extra buffer types and whether they were used (``engine.extra_buffers``).
+library, its extra buffer types and whether they were used (``engine.backends.llamacpp_amx``).
 
     python benchmarks/bench_study_forwards.py --out results/study_hu2025/forwards_avx2.json
 """
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from bench_forward_rows import lscpu
-from specbound.engine import llamacpp
-from specbound.engine.extra_buffers import cpu_extra_buffer_types, use_extra_buffers
+from specbound.engine.backends import llamacpp
+from specbound.engine.backends.llamacpp_amx import cpu_extra_buffer_types, use_extra_buffers
 from specbound.models.loading import gguf_file
 
 CACHED = 250  # tokens per row before the timed steps: an MMLU prompt and part of its answer

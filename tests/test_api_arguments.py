@@ -95,7 +95,7 @@ def test_every_other_generate_argument_is_checked_naming_it(speculator, argument
     ({"progress": "no"}, TypeError, "^progress: expected True or False"),
     ({"cache_dir": 5}, TypeError, "^cache_dir: expected a folder"),
     ({"backend": "vllm"}, ValueError, "^backend: expected one of"),
-    ({"pair": "default"}, TypeError, "^pair: expected a specbound.models.pair.ModelPair"),
+    ({"pair": "default"}, TypeError, "^pair: expected a ModelPair"),
 ])
 def test_speculator_checks_every_argument_before_any_model_loads(no_loading, arguments, error, message):
     with pytest.raises(error, match=message):

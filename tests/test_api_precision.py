@@ -7,9 +7,9 @@ import torch
 
 from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.api import Speculator
-from specbound.models.pair import ModelPair
+from specbound.engine.backends.torch_quantize import Int8Linear
 from specbound.engine.precisions import AS_LOADED, PRECISIONS
-from specbound.models.quantize import Int8Linear
+from specbound.models.pair import ModelPair
 
 
 def tiny_pair() -> ModelPair:
@@ -28,7 +28,7 @@ def test_precisions_have_one_name_and_bf16_is_taken_for_as_loaded():
 def test_an_int8_target_on_a_gpu_is_refused_before_anything_loads_or_is_quantised(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     done = []
-    monkeypatch.setattr("specbound.models.quantize.quantize", lambda *arguments, **options: done.append("quantised"))
+    monkeypatch.setattr("specbound.engine.backends.torch_quantize.quantize", lambda *arguments, **options: done.append("quantised"))
     monkeypatch.setattr("specbound.models.pair.load_pair", lambda *arguments, **options: done.append("loaded"))
     for pair in (None, tiny_pair()):
         with pytest.raises(ValueError, match="^target_precision: int8 runs on CPU kernels only; on cuda keep the "

@@ -1,13 +1,13 @@
 """``Speculator.generate`` and a long prompt: a prompt and ``max_new_tokens`` beyond the models'
 context are refused before any forward, naming the argument to change; a prompt longer than a
-prefill chunk (``engine.lm.PREFILL_CHUNK``) is prefilled with its predicted seconds and a
+prefill chunk (``engine.backends.PREFILL_CHUNK``) is prefilled with its predicted seconds and a
 progress bar per model on standard error, or silently without ``progress``."""
 
 import pytest
 
 from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.api import Speculator
-from specbound.engine.lm import PREFILL_CHUNK
+from specbound.engine.backends import PREFILL_CHUNK
 from specbound.models.pair import ModelPair
 
 

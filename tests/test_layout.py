@@ -145,7 +145,6 @@ def test_the_engine_imports_no_model_loading_and_compiled_loops_no_model_file():
     assert not offending
 
 
-@pytest.mark.xfail(strict=True, reason="engine/backends is built in the next commit")
 def test_only_the_backends_compare_backend_names():
     """No ``x == "llama.cpp"`` (or ``"torch"``, or ``in (...)`` of them) outside
     ``engine/backends``: a backend object says what differs, nothing asks which it is."""

@@ -14,7 +14,7 @@ name of ``specbound.engine.METHODS`` with its options fixes it. Decoding is loss
 text has the target model's law under the sampling settings.
 
 A prompt and ``max_new_tokens`` that do not fit the models' context are refused before any
-forward. A long prompt is prefilled in chunks (``engine.lm``); with ``progress`` its
+forward. A long prompt is prefilled in chunks (``engine.backends.torch``); with ``progress`` its
 predicted seconds (from this machine's measured forward costs, when they are known) and a
 progress bar per model go to standard error.
 """
@@ -32,11 +32,14 @@ from tqdm import tqdm
 
 from specbound.checks import positive_int, seed_value, unicode_text
 from specbound.engine import RunStats, build_method
+from specbound.engine.assembly import assemble
+from specbound.engine.backends import BACKENDS, PREFILL_CHUNK, get_backend
 from specbound.engine.methods import method_options
-from specbound.engine.lm import PREFILL_CHUNK
+from specbound.engine.pair import ModelPair, checked_device
+from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.engine.processing import Processing, Sampling
 from specbound.models import DTYPES as DTYPE_NAMES
-from specbound.engine.precisions import AS_LOADED, PRECISIONS
+from specbound.paths import default_cache_dir
 
 DRAFTERS = ("model", "prompt-lookup")
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # the models' dtypes, by their names in torch
@@ -76,13 +79,11 @@ class Speculator:
                  draft_precisions=PRECISIONS, device: str = "cpu", progress: bool = True,
                  drafter: str = "model", pair=None, backend: str = "auto", cache_dir=None):
         from specbound.models.backends import resolve_backend
-        from specbound.paths import default_cache_dir
-        from specbound.models.pair import ModelPair, checked_device, load_pair
-        from specbound.engine.precisions import precision_name
-        from specbound.models.quantize import quantize
+        from specbound.models.pair import load_pair
 
         if pair is not None and not isinstance(pair, ModelPair):
-            raise TypeError(f"pair: expected a specbound.models.pair.ModelPair or None, got {type(pair).__name__}")
+            raise TypeError(f"pair: expected a ModelPair (specbound.models.pair.load_pair) or None, got "
+                            f"{type(pair).__name__}")
         if pair is None:
             model_source("target", target)
             if draft is not None:
@@ -107,13 +108,15 @@ class Speculator:
             raise ValueError(f"target_precision: {target_precision} runs on CPU kernels only; on {device.type} keep "
                              f"the target {AS_LOADED} (target_precision={AS_LOADED!r}, --target-precision "
                              f"{AS_LOADED})")
-        if backend == "auto" and target_precision != AS_LOADED:
-            backend = "torch"  # the weight-only int8/int4 copies are torch's
-        self.backend = pair.backend if pair is not None else resolve_backend(
-            backend, [target, None if drafter == "prompt-lookup" else draft], device)
-        if self.backend == "llama.cpp" and target_precision != AS_LOADED:
-            raise ValueError(f"target_precision: the llama.cpp backend runs the GGUF file at its own quantisation; "
-                             f"{target_precision} needs backend='torch'")
+        sources = [target, None if drafter == "prompt-lookup" else draft]
+        self.backend = pair.backend if pair is not None else resolve_backend(backend, sources, device)
+        if target_precision not in self.backend.precisions(device):
+            if backend != "auto" or pair is not None:
+                raise ValueError(f"target_precision: the {self.backend.name} backend runs a model "
+                                 f"{' or '.join(self.backend.precisions(device))} on {device.type}, not "
+                                 f"{target_precision}: choose another backend")
+            self.backend = next(candidate for candidate in map(get_backend, BACKENDS)
+                                if target_precision in candidate.precisions(device))  # int8/int4: torch's copies
         if drafter == "prompt-lookup":
             draft = None
         elif (pair.draft if pair is not None else draft) is None:
@@ -124,7 +127,8 @@ class Speculator:
         self.pair = (pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False,
                                        backend=self.backend)).to(device)
         if target_precision != AS_LOADED:  # kept in the cache, as the draft's copies are
-            self.pair = self.pair.with_target(quantize(self.pair.target, target_precision, cache_dir=self.cache_dir))
+            self.pair = self.pair.with_target(self.backend.at_precision(self.pair.target, target_precision,
+                                                                        self.cache_dir))
         self._decoders = {}
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.7,
@@ -166,14 +170,13 @@ class Speculator:
         key = (sampling, method, tuple(sorted(options.items())))
         if key not in self._decoders:
             processing = Processing.of(sampling, self.pair.vocab_size)
-            if method == "auto":  # without a draft model it plans between plain decoding and prompt lookup
-                self._decoders[key] = self.pair.auto_decoder(processing, self.draft_precisions, self.cache_dir)
-            else:
-                built = build_method(method, **options)
-                if built.depth and self.drafter is None:
-                    raise ValueError(f"method: {method} drafts, but no draft model was loaded and the drafter is "
-                                     "not prompt-lookup")
-                self._decoders[key] = (self.pair.decoder(processing, self.drafter if built.depth else None), built)
+            built = method if method == "auto" else build_method(method, **options)
+            if built != "auto" and built.depth and self.drafter is None:
+                raise ValueError(f"method: {method} drafts, but no draft model was loaded and the drafter is not "
+                                 "prompt-lookup")
+            # under auto without a draft model the planner chooses between plain decoding and prompt lookup
+            self._decoders[key] = assemble(self.pair, processing, built, self.drafter or "model",
+                                           self.draft_precisions, self.cache_dir)
             decoder = self._decoders[key][0]
             drafts = decoder.drafter.language_models if decoder.drafter is not None else []
             for name, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
@@ -202,7 +205,7 @@ class Speculator:
         book = CostBook(self.cache_dir / "costs.json")
         models = [model for model in (self.pair.target, self.pair.draft if self.drafter == "model" else None)
                   if model is not None]
-        costs = [book.known(model, self.pair.cost_precision(model), self.pair.device) for model in models]
+        costs = [book.known(model, self.pair.backend.cost_precision(model), self.pair.device) for model in models]
         if any(cost is None for cost in costs):
             return ""
         seconds = sum(prefill_seconds(cost, tokens) for cost in costs)

@@ -4,17 +4,20 @@ import pytest
 import torch
 
 from specbound.cli.decoding import missed_fast_backend
+from specbound.engine.backends import get_backend
 from specbound.models.backends import resolve_backend
+
+TORCH = get_backend("torch")
 
 
 def test_auto_takes_llama_cpp_for_gguf_models_on_the_cpu(monkeypatch, tmp_path):
-    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: True)
+    monkeypatch.setattr("specbound.engine.backends.llamacpp.llama_cpp_available", lambda: True)
     folder = tmp_path / "hf"
     folder.mkdir()
-    assert resolve_backend("auto", ["default-target", "default-draft"]) == "llama.cpp"
-    assert resolve_backend("auto", ["default-target", str(tmp_path / "user.gguf")]) == "llama.cpp"
-    assert resolve_backend("auto", ["default-target", str(folder)]) == "torch"  # a Hugging Face folder
-    assert resolve_backend("auto", ["default-target"], device="cuda") == "torch"
+    assert resolve_backend("auto", ["default-target", "default-draft"]).name == "llama.cpp"
+    assert resolve_backend("auto", ["default-target", str(tmp_path / "user.gguf")]).name == "llama.cpp"
+    assert resolve_backend("auto", ["default-target", str(folder)]) is TORCH  # a Hugging Face folder
+    assert resolve_backend("auto", ["default-target"], device="cuda") is TORCH
     with pytest.raises(ValueError, match="backend: llama.cpp runs GGUF files"):
         resolve_backend("llama.cpp", [str(folder)])
     with pytest.raises(ValueError, match="backend: this llama.cpp build runs on the CPU"):
@@ -22,15 +25,15 @@ def test_auto_takes_llama_cpp_for_gguf_models_on_the_cpu(monkeypatch, tmp_path):
 
 
 def test_without_llama_cpp_auto_takes_torch_and_says_what_llama_cpp_would_give(monkeypatch):
-    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: False)
-    assert resolve_backend("auto", ["default-target", "default-draft"]) == "torch"
+    monkeypatch.setattr("specbound.engine.backends.llamacpp.llama_cpp_available", lambda: False)
+    assert resolve_backend("auto", ["default-target", "default-draft"]) is TORCH
     with pytest.raises(ValueError, match="pip install"):
         resolve_backend("llama.cpp", ["default-target"])
-    line = missed_fast_backend("auto", "torch", ["default-target", "default-draft"], "cpu")
+    line = missed_fast_backend("auto", TORCH, ["default-target", "default-draft"], "cpu")
     assert "llama-cpp-python is not installed" in line and "faster" in line and "pip install" in line
-    assert missed_fast_backend("torch", "torch", ["default-target"], "cpu") is None  # asked for torch: nothing to say
-    monkeypatch.setattr("specbound.engine.llamacpp.llama_cpp_available", lambda: True)
-    assert missed_fast_backend("auto", "torch", ["default-target"], "cpu") is None
+    assert missed_fast_backend("torch", TORCH, ["default-target"], "cpu") is None  # asked for torch: nothing to say
+    monkeypatch.setattr("specbound.engine.backends.llamacpp.llama_cpp_available", lambda: True)
+    assert missed_fast_backend("auto", TORCH, ["default-target"], "cpu") is None
 
 
 def test_an_int8_target_is_refused_on_llama_cpp_and_makes_auto_take_torch(no_model_loads, monkeypatch):
@@ -43,7 +46,7 @@ def test_an_int8_target_is_refused_on_llama_cpp_and_makes_auto_take_torch(no_mod
                         (_ for _ in ()).throw(no_model_loads()))
     with pytest.raises(no_model_loads):
         Speculator(target_precision="int8")
-    assert asked == ["torch"]
+    assert asked == [TORCH]
 
 
 def test_the_precision_options_name_each_precision_once_and_take_the_old_bf16(capsys):

@@ -17,7 +17,7 @@ import torch
 from scipy import stats as scipy_stats
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from specbound.engine.lm import Entries
+from specbound.engine.backends import Entries
 
 VOCAB = 6
 EOS = 0

@@ -160,7 +160,7 @@ def test_an_added_row_scores_as_the_same_sequence_alone(target_model):
     """CausalLM.add_row: the new row, prefilled, gives the logits its sequence gets in a
     cache of its own, and the rows already there keep theirs."""
     from specbound.engine import CausalLM
-    from specbound.engine.lm import Entries
+    from specbound.engine.backends import Entries
 
     batched, alone = CausalLM(target_model), CausalLM(target_model)
     batched.reset(1)

@@ -7,7 +7,8 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from engine_fixtures import extend, tiny_config, tiny_model
-from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.backends import Entries
+from specbound.engine.backends.torch import CausalLM
 
 PROMPT = [1, 2, 3, 4]
 # A tree below the prompt: node tokens and parents (index into this list, -1 = last prompt token).
@@ -204,7 +205,7 @@ def test_prefetched_logits_are_the_computed_ones_from_one_head_call():
     and entries not prefetched are still computed."""
     import numpy as np
 
-    from specbound.engine.lm import Scores
+    from specbound.engine.backends.torch import Scores
 
     torch.manual_seed(0)
     head = torch.nn.Linear(4, 3, bias=False)

@@ -39,7 +39,7 @@ def make_decoder(pair, temperature):
 
 def test_real_tree_forward_equals_separate_forwards(pair):
     from specbound.engine import CausalLM
-    from specbound.engine.lm import Entries
+    from specbound.engine.backends import Entries
 
     draft = pair[1].model
     lm = CausalLM(draft)

@@ -1,4 +1,4 @@
-"""llama.cpp's extra weight buffers (``engine.extra_buffers``): the child-process probe of a
+"""llama.cpp's extra weight buffers (``engine.backends.llamacpp_amx``): the child-process probe of a
 build's AMX kernels, its kept verdict, and models that AMX takes forwarding many tokens.
 
 On an AMX CPU whose llama-cpp-python was built by GCC 12.2 a forward of two or more tokens
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from specbound.engine import extra_buffers, llamacpp
+from specbound.engine.backends import llamacpp_amx as extra_buffers, llamacpp
 
 if not llamacpp.llama_cpp_available():
     pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
@@ -37,8 +37,8 @@ def test_the_probe_model_forwards_on_plain_buffers(probe_model):
 def test_a_model_amx_takes_forwards_many_tokens(probe_model):
     script = (
         "import sys\n"
-        "from specbound.engine.llamacpp import LlamaCppModel, LlamaCppLM\n"
-        "from specbound.engine.extra_buffers import PROBE_TOKENS, VOCAB\n"
+        "from specbound.engine.backends.llamacpp import LlamaCppModel, LlamaCppLM\n"
+        "from specbound.engine.backends.llamacpp_amx import PROBE_TOKENS, VOCAB\n"
         "lm = LlamaCppLM(LlamaCppModel(sys.argv[1], threads=2), context_cells=256)\n"
         "logits = lm.prefill(0, [(5 * i + 1) % VOCAB for i in range(PROBE_TOKENS)], last_only=False)\n"
         "print(tuple(logits.shape))\n"

@@ -1,4 +1,4 @@
-"""The llama.cpp backend (``engine.llamacpp``): the engine's LM protocol on llama.cpp's own
+"""The llama.cpp backend (``engine.backends.llamacpp``): the engine's LM protocol on llama.cpp's own
 forwards, and every method lossless on it.
 
 The tiny target and draft models of ``engine_fixtures`` are written as float32 GGUF files
@@ -21,7 +21,7 @@ import torch
 from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue
 from gguf_fixtures import write_gguf
 from specbound.engine import Decoder, ModelDrafter, Processing, PromptLookupDrafter
-from specbound.engine.lm import Entries
+from specbound.engine.backends import Entries
 from specbound.engine.methods import build_method
 from test_engine_lossless import LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROMPT, TREE_VERIFIER_CASES, sample_sequences
 
@@ -30,7 +30,7 @@ from test_engine_lossless import LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROM
 # cell moves its logits by 0.05 or more: rows that must be the same row agree to ROUNDING.
 ROUNDING = 1e-3
 
-from specbound.engine import llamacpp  # noqa: E402
+from specbound.engine.backends import llamacpp  # noqa: E402
 
 if not llamacpp.llama_cpp_available():
     pytest.skip("llama-cpp-python is not installed", allow_module_level=True)
@@ -304,17 +304,18 @@ def test_batched_decoding_on_llama_cpp_generates_the_target_sequence_law(name, o
 def test_auto_plans_on_llama_cpp_costs_measured_once(gguf_models, tmp_path):
     """``auto`` on a llama.cpp pair: the cost book measures each GGUF model's forwards once
     under a llama.cpp key (version, threads, file), and the planner decodes with them."""
+    from specbound.engine.assembly import assemble
     from specbound.engine.costs import CostBook
-    from specbound.models.pair import ModelPair
+    from specbound.engine.pair import ModelPair
 
     pair = ModelPair(target=gguf_models[0], draft=gguf_models[1], vocab_size=gguf_models[0].n_vocab,
                      eos_token_ids=(EOS,), encode=list, backend="llama.cpp")
-    decoder, planner = pair.auto_decoder(Processing(), cache_dir=tmp_path)
+    decoder, planner = assemble(pair, Processing(), "auto", cache_dir=tmp_path)
     keys = list(CostBook(tmp_path / "costs.json")._entries)
     assert len(keys) == 2 and all("llama.cpp" in key and "gguf" in key for key in keys)
     generation = decoder.generate([1, 2, 3], planner, 12, torch.Generator().manual_seed(0))
     assert len(generation.tokens) <= 12 and planner.history
-    pair.auto_decoder(Processing(), cache_dir=tmp_path)  # measured once: the book is reused
+    assemble(pair, Processing(), "auto", cache_dir=tmp_path)  # measured once: the book is reused
     assert list(CostBook(tmp_path / "costs.json")._entries) == keys
 
 

@@ -9,7 +9,8 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from engine_fixtures import extend, noisy_copy, tiny_config, tiny_model
-from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.backends import Entries
+from specbound.engine.backends.torch import CausalLM
 
 PROMPT = [1, 2, 3, 4, 5, 0, 2, 2, 4, 1, 3, 5, 5, 1, 0, 4, 2, 3, 1, 4]  # 20 tokens
 MIN_TOKENS = 16

@@ -4,7 +4,7 @@ real models; the torch side reads its converted copy, converting it first if nee
 import pytest
 
 from specbound.datasets import DATASETS, load_prompts
-from specbound.engine.llamacpp import llama_cpp_available
+from specbound.engine.backends.llamacpp import llama_cpp_available
 from specbound.models.pair import load_pair
 
 pytestmark = [pytest.mark.slow,

@@ -410,7 +410,8 @@ def test_float32_twins_prefill_only_where_float32_is_measured_faster(float32_fas
     """A bf16 pair keeps its float32 twins (scoring is float32 by definition), and its
     decoders prefill with them only where the machine's probe says a long float32 forward
     beats bf16; a float32 pair has none."""
-    from specbound.engine import Processing, costs
+    from specbound.engine import Processing, build_method, costs
+    from specbound.engine.assembly import assemble
     from specbound.models.pair import load_pair
 
     monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))
@@ -418,7 +419,7 @@ def test_float32_twins_prefill_only_where_float32_is_measured_faster(float32_fas
     path = str(tiny_gguf[1])
     pair = load_pair(path, path, dtype=torch.bfloat16, progress=False)
     assert pair.target_twin is not None and pair.draft_twin is not None
-    decoder = pair.decoder(Processing(), "model")
+    decoder = assemble(pair, Processing(), build_method("chain")).decoder
     assert (decoder.target.prefill_model is pair.target_twin) == float32_faster
     assert (decoder.target.prefill_model is None) == (not float32_faster)
     assert (decoder.drafter.lm.prefill_model is not None) == float32_faster

@@ -13,11 +13,12 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
+from specbound.engine.assembly import assemble
+from specbound.engine.backends import Entries
+from specbound.engine.backends.torch_quantize import Int4Linear, Int8Linear, int4_grid, precision_of, quantize
 from specbound.engine.costs import cost_key
-from specbound.engine.lm import Entries
-from specbound.models.pair import ModelPair
+from specbound.engine.pair import ModelPair
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
-from specbound.models.quantize import Int4Linear, Int8Linear, int4_grid, precision_of, quantize
 
 
 def small_model(seed=0):
@@ -114,8 +115,8 @@ def test_cost_book_keys_tell_a_float32_load_from_a_bfloat16_one_and_name_quantis
     float32 = copy.deepcopy(bf16).float()
     int8 = quantize(bf16, "int8")
     pair = pair_of(bf16, None)
-    assert [pair.cost_precision(model) for model in (bf16, float32, int8)] == ["bfloat16", "float32", "int8"]
-    keys = {cost_key(model, pair.cost_precision(model)) for model in (bf16, float32, int8)}
+    assert [pair.backend.cost_precision(model) for model in (bf16, float32, int8)] == ["bfloat16", "float32", "int8"]
+    keys = {cost_key(model, pair.backend.cost_precision(model)) for model in (bf16, float32, int8)}
     assert len(keys) == 3
 
 
@@ -123,7 +124,7 @@ def test_the_planner_keys_the_draft_s_precisions_by_their_one_name(tmp_path):
     """Old names are taken; the draft as loaded is keyed ``AS_LOADED`` (it was None), and the
     cost book names it by its dtype, a quantised copy by its precision."""
     pair = pair_of(small_model(0), small_model(1))
-    decoder, planner = pair.auto_decoder(Processing(), ("bf16", "int8"), cache_dir=tmp_path)
+    decoder, planner = assemble(pair, Processing(), "auto", draft_precisions=("bf16", "int8"), cache_dir=tmp_path)
     assert set(planner.draft_costs) == {AS_LOADED, "int8"}
     assert set(decoder.drafter.drafters["model"].lm.variants) == {AS_LOADED, "int8"}
     book = json.loads((tmp_path / "costs.json").read_text())

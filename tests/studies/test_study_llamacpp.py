@@ -12,7 +12,7 @@ from specbound.studies.runner import run_study
 from specbound.studies.traces import next_token_probs
 from study_fixtures import tiny_pair, tiny_prompts
 
-from specbound.engine import llamacpp  # noqa: E402
+from specbound.engine.backends import llamacpp  # noqa: E402
 
 if not llamacpp.llama_cpp_available():
     pytest.skip("llama-cpp-python is not installed", allow_module_level=True)

@@ -9,8 +9,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from specbound import arguments
+from specbound.engine.backends import CHOICES as BACKENDS
 from specbound.models import DTYPES
-from specbound.models.backends import BACKENDS
 from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 
 if TYPE_CHECKING:
@@ -169,16 +169,11 @@ def load_speculator(args):
     return speculator
 
 
-def missed_fast_backend(asked: str, chosen: str, sources, device: str) -> str | None:
-    """One line for a user whose GGUF models run on torch only because llama-cpp-python is
-    missing: what the llama.cpp backend would give and how to get it (None otherwise)."""
-    from specbound.engine.llamacpp import llama_cpp_available
-    from specbound.models.backends import INSTALL_LLAMA_CPP, is_gguf
+def missed_fast_backend(asked: str, chosen, sources, device: str) -> str | None:
+    """One line for a user whose models run on ``chosen`` (a ``Backend``) under ``auto``
+    only because the backend ``auto`` prefers is not installed: what it would give and how
+    to get it (None otherwise)."""
+    from specbound.models.backends import passed_over
 
-    if asked != "auto" or chosen != "torch" or device != "cpu" or llama_cpp_available():
-        return None
-    if not all(is_gguf(source) for source in sources if source is not None):
-        return None
-    return (f"decoding on torch: llama-cpp-python is not installed. llama.cpp's kernels run these GGUF files as they "
-            f"are, at their own quantisation, where torch decodes a dequantised copy, and are usually faster on a CPU "
-            f"(the README's speed tables); install it with {INSTALL_LLAMA_CPP}")
+    missing = passed_over(chosen, sources, device) if asked == "auto" else None
+    return None if missing is None else f"decoding on {chosen.name}: {missing.missing}"

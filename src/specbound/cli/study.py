@@ -23,7 +23,8 @@ from specbound.cli.inputs import check_study_settings, prompt_set
 from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
 from specbound.models import DTYPES
-from specbound.models.backends import BACKENDS, resolve_backend
+from specbound.engine.backends import CHOICES as BACKENDS
+from specbound.models.backends import resolve_backend
 
 DEFAULT_OUT = Path("specbound-results")
 LOCAL_RAY = "local"  # --ray without an address: ray.init's name for a new Ray instance on this machine
@@ -55,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
     backend = resolve_backend(args.backend, [args.target, args.draft])
     pair_spec = functools.partial(load_pair, args.target, args.draft, getattr(torch, args.dtype),
                                   progress=not args.quiet and args.ray is None,
-                                  float32_twins=False if args.no_twins or backend == "llama.cpp" else None,
-                                  backend=backend)
+                                  float32_twins=False if args.no_twins or not backend.float32_twins else None,
+                                  backend=backend.name)
     with contextlib.ExitStack() as stack:
         if args.ray is None:
             pair = pair_spec()

@@ -10,7 +10,7 @@ The names below load on first use: importing ``specbound.engine.precisions`` or
 """
 
 _HOMES = {
-    "CausalLM": "specbound.engine.lm",
+    "CausalLM": "specbound.engine.backends.torch",
     "Decoder": "specbound.engine.decode",
     "Generation": "specbound.engine.decode",
     "METHODS": "specbound.engine.methods",

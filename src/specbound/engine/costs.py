@@ -10,7 +10,7 @@ on a shared machine). ``CostBook`` keeps the measurements in one JSON file per c
 by the machine (processor model and flags, or GPU name), the backend (torch or llama.cpp,
 its version and threads), the model (a fingerprint of its configuration and weights, or of
 its GGUF file) and its precision (what its weights are: "int8"/"int4" for a quantised copy,
-else the dtype it was loaded in or "gguf": ``ModelPair.cost_precision``), so each is
+else the dtype it was loaded in or "gguf": ``Backend.cost_precision``), so each is
 measured once; ``Costs`` interpolates between the measured row counts, and
 ``prefill_seconds`` predicts a long prefill from them.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from specbound.engine.lm import PREFILL_CHUNK, CausalLM, Entries
+from specbound.engine.backends import PREFILL_CHUNK, Entries, backend_of
 from specbound.engine.machine import cpu_description
 
 ROWS = (1, 2, 4, 8, 16, 32)
@@ -63,7 +63,7 @@ class Costs:
 
 def prefill_seconds(costs: Costs, tokens: int, chunk: int = PREFILL_CHUNK) -> float:
     """Predicted seconds of a prefill of ``tokens`` tokens in forwards of ``chunk`` rows
-    (``engine.lm``), each extrapolated linearly from the measured rows; the attention's
+    (``engine.backends.torch``), each extrapolated linearly from the measured rows; the attention's
     growth with the context is left out, so a long prompt takes somewhat longer."""
     full, rest = divmod(tokens, chunk)
     return full * costs(chunk) + (costs(rest) if rest else 0.0)
@@ -118,25 +118,15 @@ def measure_costs(model, rows=ROWS, context: int = CONTEXT, repeats: int = REPEA
 
 
 def language_model(model):
-    """The engine's language model over ``model``: a ``LlamaCppLM`` for a llama.cpp model
-    (``engine.llamacpp.LlamaCppModel``), a ``CausalLM`` for a torch module."""
-    from specbound.engine.llamacpp import LlamaCppLM, LlamaCppModel
-
-    return LlamaCppLM(model) if isinstance(model, LlamaCppModel) else CausalLM(model)
+    """The engine's language model over ``model``, on the backend that holds it."""
+    return backend_of(model).language_model(model)
 
 
 def cost_key(model, precision: str, device="cpu") -> str:
-    """The cost book's key of ``model`` at ``precision``: the machine and the backend
-    (llama.cpp's version, kernels and threads, or torch's: ``machine_key``) and the model (its file,
-    or ``model_fingerprint``)."""
-    from specbound.engine.llamacpp import LlamaCppModel, llama_cpp_version
-
-    if isinstance(model, LlamaCppModel):
-        hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
-        kernels = "" if model.extra_buffers else " without extra buffers"
-        return (f"{hardware} | llama.cpp {llama_cpp_version()}{kernels} | {model.threads} threads | "
-                f"{model.fingerprint} | {precision}")
-    return f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
+    """The cost book's key of ``model`` at ``precision``: the machine and the backend's
+    kernels (llama.cpp's version, kernels and threads, or torch's: ``machine_key``) and the
+    model (its file, or ``model_fingerprint``): ``Backend.cost_key``."""
+    return backend_of(model).cost_key(model, precision, device)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -144,15 +134,18 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def machine_key(device: torch.device | str = "cpu") -> str:
-    """What makes timings comparable: the processor (model name and flags) or the GPU, the
-    torch version and the number of threads."""
+def hardware_key(device: torch.device | str = "cpu") -> str:
+    """The processor (model name and a hash of its flags) or the GPU."""
     device = torch.device(device)
     if device.type == "cuda":
-        hardware = torch.cuda.get_device_name(device)
-    else:
-        hardware = cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
-    return f"{hardware} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+        return torch.cuda.get_device_name(device)
+    return cpu_description()["model"] + " " + hashlib.sha256(cpu_description()["flags"].encode()).hexdigest()[:12]
+
+
+def machine_key(device: torch.device | str = "cpu") -> str:
+    """What makes timings comparable: the hardware (``hardware_key``), the torch version and
+    the number of threads."""
+    return f"{hardware_key(device)} | torch {torch.__version__} | {torch.get_num_threads()} threads"
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:

@@ -26,7 +26,7 @@ they finish or are ``remove``d (their cache rows freed at once), and ``step`` ru
 for every sequence in it — what a server's continuous batching needs. ``generate_batch`` is
 a loop over it: one decoding path. Since a sequence draws only from its own generator, in
 its own order, joining and leaving change no sequence's tokens where the forward is
-batch-invariant (float32 torch models; ``engine.llamacpp`` says where it is not).
+batch-invariant (float32 torch models; ``engine.backends.llamacpp`` says where it is not).
 
 ``record_target_probs=True`` also returns, for every emitted token, the target law it was
 emitted under, p(· | its prefix) — the row the verifier (or the bonus draw) used — so a
@@ -48,54 +48,12 @@ from typing import Callable, Protocol
 import torch
 
 from specbound.checks import positive_int
-from specbound.engine.lm import Entries
+from specbound.engine.backends import Entries, ForwardScores, LanguageModel
 from specbound.engine.methods import Method, Schedule
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
 from specbound.verifiers.tree import DraftedTree, TreeVerifier
-
-
-class ForwardScores(Protocol):
-    """The next-token logits of one forward's entries, computed when read (``lm.Scores``,
-    ``llamacpp.LlamaScores``): entry (row, i) is row's i-th new entry of that forward."""
-
-    def prefetch(self, pairs: list[tuple[int, int]]) -> None: ...
-
-    def logits(self, row: int = 0, entries=None) -> torch.Tensor: ...  # -> [k, logits]
-
-
-class LanguageModel(Protocol):
-    """A batched language model with its cache, one row per sequence (``lm.CausalLM``,
-    ``llamacpp.LlamaCppLM``; ``engine.lm`` describes the interface): what the decoder
-    asks of the target and of the drafter's models."""
-
-    lengths: list[int]  # committed entries per row
-    forward_calls: int
-    model_seconds: float
-
-    @property
-    def device(self) -> torch.device: ...
-
-    @property
-    def logits_size(self) -> int: ...
-
-    @property
-    def max_positions(self) -> int | None: ...
-
-    def reset(self, batch_size: int = 1, cells: int | None = None) -> None: ...
-
-    def prefill(self, row: int, token_ids) -> torch.Tensor: ...
-
-    def prefill_rows(self, prompts: dict[int, list[int]]) -> None: ...
-
-    def add_row(self, cells: int | None = None) -> int: ...
-
-    def score(self, entries: list[Entries], *, outputs: list[range] | None = None) -> ForwardScores: ...
-
-    def commit(self, paths: list[list[int]]) -> None: ...
-
-    def select_rows(self, rows: list[int]) -> None: ...
 
 
 class Drafter(Protocol):
@@ -236,7 +194,8 @@ class Decoder:
     by node as the walk reaches them; a batch of rows always gets its roots in one call. It
     pays where a matrix product of k rows costs about one row's (AVX512-BF16, AMX, a GPU:
     the head, vocabulary × hidden, is read whole by every call), not where the cost is
-    linear in rows (AVX2); ``ModelPair.auto_decoder`` decides it from the measured costs."""
+    linear in rows (AVX2); ``engine.assembly.assemble`` decides it from the measured costs under
+    ``auto``."""
 
     def __init__(self, target: LanguageModel, drafter: Drafter | None, processing: Processing, eos_token_ids=(),
                  batch_heads: bool = False):

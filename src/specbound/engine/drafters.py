@@ -20,11 +20,11 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.drafts import get_draft_scheme
-from specbound.engine.lm import CausalLM, Entries
+from specbound.engine.backends import Entries, LanguageModel
 from specbound.engine.methods import Levels
+from specbound.engine.precisions import AS_LOADED
 from specbound.engine.processing import PROBS_DTYPE, Processing
 from specbound.engine.tree import DraftTree
-from specbound.engine.precisions import AS_LOADED
 
 
 def draw_drafts(scheme_name: str, num_drafts: int, draft_probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -49,7 +49,7 @@ class ModelDrafter:
     measured fastest for it (``engine.planner``); by default ``AS_LOADED``, the model
     itself. Each row is prefilled when the drafter first drafts for it (``reset``)."""
 
-    def __init__(self, lm: CausalLM, processing: Processing, variant_for_rows=None):
+    def __init__(self, lm: LanguageModel, processing: Processing, variant_for_rows=None):
         self.lm = lm
         self.processing = processing
         self.variant_for_rows = variant_for_rows or (lambda rows: AS_LOADED)

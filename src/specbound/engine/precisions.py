@@ -3,10 +3,10 @@ the planner and the language models' variants alike.
 
 - ``AS_LOADED``: the model itself, at the dtype it was loaded in (``--dtype``: bfloat16 or
   float32) or, on llama.cpp, at its GGUF file's own types;
-- "int8", "int4": its weight-only quantised copies (``models.quantize``, CPU only).
+- "int8", "int4": its weight-only quantised copies (``engine.backends.torch_quantize``, CPU only).
 
 "bf16", the old name of ``AS_LOADED``, is still accepted (``precision_name``). The cost book
-keys a model by what its weights are instead (``ModelPair.cost_precision``), so that a
+keys a model by what its weights are instead (``Backend.cost_precision``), so that a
 float32 and a bfloat16 load, both ``AS_LOADED``, are measured apart.
 """
 

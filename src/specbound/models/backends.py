@@ -1,22 +1,21 @@
-"""Which kernels run a model pair's forwards: llama.cpp or torch.
+"""Which backend (``engine.backends``) runs given models on a device: ``--backend``'s choice.
 
-- ``llama.cpp``: a GGUF file runs as it is on ggml's kernels (``engine.llamacpp``), the
-  weights at their own quantisation (Q4_K_M for the embedded pair), no conversion;
+- ``llama.cpp``: a GGUF file runs as it is on ggml's kernels, the weights at their own
+  quantisation (Q4_K_M for the embedded pair), no conversion;
 - ``torch``: the model in a floating dtype on torch (a GGUF file is dequantised once and
   cached, ``models.loading``); the one for Hugging Face folders, CUDA, float32 twins and the
-  int8/int4 copies of ``models.quantize``;
-- ``auto``: llama.cpp where it applies — every model a GGUF file (embedded or a path), the
-  CPU as the device and llama-cpp-python importable — torch otherwise.
+  int8/int4 copies;
+- ``auto``: the first of ``engine.backends.BACKENDS`` that can run them — llama.cpp where
+  every model is a GGUF file (embedded or a path), the device is the CPU and llama-cpp-python
+  is installed — torch otherwise.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from specbound.engine.backends import BACKENDS, CHOICES, Backend, get_backend
 from specbound.models.gguf import EMBEDDED_GGUFS
-
-BACKENDS = ("auto", "llama.cpp", "torch")
-INSTALL_LLAMA_CPP = "pip install 'specbound[llamacpp]'  (builds llama.cpp from source: needs a C compiler and cmake)"
 
 
 def is_gguf(source) -> bool:
@@ -24,25 +23,32 @@ def is_gguf(source) -> bool:
     return (isinstance(source, str) and source in EMBEDDED_GGUFS) or Path(str(source)).suffix == ".gguf"
 
 
-def resolve_backend(backend: str, sources, device: str = "cpu") -> str:
-    """The backend that runs models ``sources`` (None entries skipped) on ``device``:
-    ``backend`` itself when it is "llama.cpp" or "torch" (checked to apply), else the
-    choice of ``auto`` (module docstring). ValueError naming ``backend`` where it cannot."""
-    from specbound.engine.llamacpp import llama_cpp_available
+def resolve_backend(backend: str, sources, device: str = "cpu") -> Backend:
+    """The backend that runs models ``sources`` (None entries skipped) on ``device``: the
+    one named (checked to apply), or the choice of ``auto`` (module docstring). ValueError
+    naming ``backend`` where it cannot."""
+    if not isinstance(backend, str) or backend not in CHOICES:
+        raise ValueError(f"backend: expected one of {', '.join(CHOICES)}, got {backend!r}")
+    not_gguf = [str(source) for source in sources if source is not None and not is_gguf(source)]
+    if backend != "auto":
+        chosen = get_backend(backend)
+        reason = chosen.refusal(not_gguf, str(device))
+        if reason is None and not chosen.available():
+            reason = f"{chosen.name} is not installed: {chosen.install}"
+        if reason is not None:
+            raise ValueError(f"backend: {reason}")
+        return chosen
+    return next(candidate for candidate in map(get_backend, BACKENDS)
+                if candidate.available() and candidate.refusal(not_gguf, str(device)) is None)
 
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    sources = [source for source in sources if source is not None]
-    all_gguf = all(is_gguf(source) for source in sources)
-    if backend == "torch":
-        return "torch"
-    if backend == "llama.cpp":
-        if not all_gguf:
-            others = [str(source) for source in sources if not is_gguf(source)]
-            raise ValueError(f"backend: llama.cpp runs GGUF files; {', '.join(others)} is not one (use --backend torch)")
-        if str(device) != "cpu":
-            raise ValueError(f"backend: this llama.cpp build runs on the CPU, not {device} (use --backend torch)")
-        if not llama_cpp_available():
-            raise ValueError(f"backend: llama.cpp needs llama-cpp-python, which is not installed: {INSTALL_LLAMA_CPP}")
-        return "llama.cpp"
-    return "llama.cpp" if all_gguf and str(device) == "cpu" and llama_cpp_available() else "torch"
+
+def passed_over(chosen: Backend, sources, device: str = "cpu") -> Backend | None:
+    """A backend ``auto`` prefers to ``chosen`` that would run ``sources`` on ``device`` had
+    it been installed (None where there is none)."""
+    not_gguf = [str(source) for source in sources if source is not None and not is_gguf(source)]
+    for candidate in map(get_backend, BACKENDS):
+        if candidate is chosen:
+            return None
+        if not candidate.available() and candidate.refusal(not_gguf, str(device)) is None:
+            return candidate
+    return None

@@ -148,7 +148,7 @@ class FullForwards:
         if isinstance(model, torch.nn.Module):
             device = next(model.parameters()).device
             self._last_logits = lambda sequence: model(input_ids=torch.tensor([sequence], device=device)).logits[0, -1:]
-        else:  # a llama.cpp model (engine.llamacpp): its own forward, in the model's scoring context
+        else:  # a llama.cpp model (engine.backends.llamacpp): its own forward, in the model's scoring context
             scorer = model.scorer()
             self._last_logits = lambda sequence: scorer.sequence_logits(list(sequence), 1)
 
@@ -316,9 +316,11 @@ class MultistepStudy(Study):
                              {key: expected_accepted(drafted, verifier) for key, verifier in verifiers.items()}))
             observing[0] += time.perf_counter() - started
 
-        decoder = pair.decoder(processing, "model")
-        generation = decoder.generate(prompt_ids, config.method(self.decide), self.max_new_tokens, generator,
-                                      observer=observe)
+        from specbound.engine.assembly import assemble
+
+        method = config.method(self.decide)
+        decoder = assemble(pair, processing, method).decoder
+        generation = decoder.generate(prompt_ids, method, self.max_new_tokens, generator, observer=observe)
         stats = generation.stats
         started = time.perf_counter()
         status = self.optimum_status(pair.vocab_size, config)

@@ -147,5 +147,5 @@ def machine_batch_size(pair: ModelPair, cache_dir=None) -> int:
     from specbound.models.gguf import default_cache_dir
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    costs = CostBook(cache / "costs.json").costs(pair.target, pair.cost_precision(pair.target), pair.device)
+    costs = CostBook(cache / "costs.json").costs(pair.target, pair.backend.cost_precision(pair.target), pair.device)
     return measured_batch_size(costs)

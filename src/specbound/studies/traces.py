@@ -91,8 +91,9 @@ def generate_traces(pair: ModelPair, request: TraceRequest, prompts: list[list[i
     """The generations of several prompts decoded together (``Decoder.generate_batch``):
     each has exactly the tokens it gets alone with its generator; the batch's wall time is
     shared out equally."""
-    decoder = pair.decoder(request.processing, "model" if request.method.depth > 0 else None,
-                           stop_at_eos=request.stop_at_eos)
+    from specbound.engine.assembly import assemble
+
+    decoder = assemble(pair, request.processing, request.method, stop_at_eos=request.stop_at_eos).decoder
     started = time.perf_counter()
     generations = decoder.generate_batch(prompts, request.method, request.max_new_tokens, generators,
                                          record_target_probs=True)
@@ -129,7 +130,7 @@ def next_token_probs(
     prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), computed in
     ``SCORING_DTYPE`` (by ``twin``, the model's float32 copy, when given; else by casting
     the model), logits rounded to the model's dtype; rows in float64, renormalised. A
-    llama.cpp model (``engine.llamacpp``) scores with its own forward at the file's types.
+    llama.cpp model (``engine.backends.llamacpp``) scores with its own forward at the file's types.
     # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")

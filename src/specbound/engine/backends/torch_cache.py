@@ -9,7 +9,7 @@ sees views of the used columns through the ordinary ``Cache.update`` interface.
 
 Each row (sequence) b has its own committed length L_b ≤ length: columns at or past L_b
 hold entries of this step or stale entries, which the caller's attention mask hides. The
-bookkeeping of which columns a row may attend to is the caller's (``engine.lm``); this
+bookkeeping of which columns a row may attend to is the caller's (``engine.backends.torch``); this
 module only stores, appends, keeps paths and drops rows.
 """
 

@@ -134,7 +134,7 @@ def probe_verdict(cache_dir=None) -> dict:
 
 
 def run_probe(timeout: float = PROBE_SECONDS) -> dict:
-    """Run the probe in a child process (``python -m specbound.engine.extra_buffers``)."""
+    """Run the probe in a child process (``python -m specbound.engine.backends.llamacpp_amx``)."""
     with tempfile.TemporaryDirectory(prefix="specbound-probe-") as folder:
         try:
             child = subprocess.run([sys.executable, "-m", __name__, folder], capture_output=True, text=True,

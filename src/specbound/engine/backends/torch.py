@@ -1,5 +1,6 @@
-"""A causal language model with its KV cache, for a batch of sequences each made of a
-committed prefix plus pending speculative entries.
+"""The torch backend: a transformers causal language model with its KV cache
+(``torch_cache``), for a batch of sequences each made of a committed prefix plus pending
+speculative entries.
 
 Per row (sequence) b the cache holds
 - the **committed** prefix, positions ``0 .. L_b − 1``: an ordinary causal sequence;
@@ -23,7 +24,7 @@ so the head's cost on the other nodes is saved. This needs the model's logits to
 ``head(base_model(x))``, which is checked once per model; other models get their full
 logits from every forward.
 
-Optional **variants** (the same model at other precisions, ``models.quantize``; the model
+Optional **variants** (the same model at other precisions, ``torch_quantize``; the model
 itself is the variant ``engine.precisions.AS_LOADED``) share the one cache: a forward can
 run on any of them (``score(..., variant=name)``), so a drafter picks, forward by forward,
 the precision that is fastest for that many rows. The cache's keys and values then come
@@ -42,7 +43,10 @@ chunks before it through the cache: the cache and logits are those of one forwar
 the rounding of products of other sizes), and ``prefill_progress(done, total)``, when set,
 is told the tokens done after each chunk.
 
-Written against the transformers 5.x cache API (``engine.cache``).
+Written against the transformers 5.x cache API (``torch_cache``).
+
+``TorchBackend`` (``BACKEND``) is what the rest of the package knows of it: the language
+model over a module, its device and context, its int8/int4 copies on the CPU, its cost key.
 """
 
 from __future__ import annotations
@@ -55,26 +59,9 @@ from dataclasses import dataclass
 import torch
 
 from specbound.checks import positive_int
-from specbound.engine.cache import SpeculativeCache
-from specbound.engine.precisions import AS_LOADED
-
-PREFILL_CHUNK = 512  # tokens per prefill forward (module docstring)
-
-
-@dataclass(frozen=True)
-class Entries:
-    """New entries of one row for one forward: tokens and their parents (−1: the row's
-    last committed token; i ≥ 0: the row's pending entry i, numbered in order of scoring
-    since the last commit, this call's entries included)."""
-
-    tokens: list[int]
-    parents: list[int]
-
-    @classmethod
-    def chain(cls, tokens, after: int = -1) -> Entries:
-        """A chain of tokens below ``after`` (−1 or a pending entry)."""
-        tokens = [int(token) for token in tokens]
-        return cls(tokens, [after] + [after + 1 + i if after >= 0 else i for i in range(len(tokens) - 1)])
+from specbound.engine.backends import PREFILL_CHUNK, Backend, BaseLM, Entries
+from specbound.engine.backends.torch_cache import SpeculativeCache
+from specbound.engine.precisions import AS_LOADED, PRECISIONS
 
 
 class Scores:
@@ -130,7 +117,7 @@ class Scores:
         return self._apply_head(self._states[rows, entries])
 
 
-class CausalLM:
+class CausalLM(BaseLM):
     """Wrap a transformers causal LM (``model(input_ids, ...) -> .logits``) and a batched
     cache (module docstring). ``forward_calls`` counts model forwards since the last
     ``reset`` (a row's prefill counts as one); ``model_seconds`` is the wall time spent
@@ -212,7 +199,7 @@ class CausalLM:
         ``last_only=False``).  # -> [1 or n, logits_size] float32"""
         if self.lengths[row] or self._pending[row]:
             raise ValueError(f"prefill: row {row} is not empty")
-        tokens = self._checked_tokens(token_ids)
+        tokens = self.checked_tokens(token_ids)
         twin = self.prefill_model if self.prefill_model is not None and len(tokens) >= self.prefill_min_tokens else None
         scorer = twin or self.model
         cache = SpeculativeCache(self._num_layers)
@@ -253,24 +240,13 @@ class CausalLM:
         b whose logits may be read (None: any); here the head is applied on demand, so
         reading any entry works."""
         model = self.variants[variant]
-        if len(entries) != self.batch_size:
-            raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
-        counts = [len(row.tokens) for row in entries]
+        counts = self.check_entries(entries)  # everything checked before anything changes
         width = max(counts)
-        if width == 0:
-            raise ValueError("entries: no row adds a token")
         start = self.cache.length
         tokens = torch.zeros((self.batch_size, width), dtype=torch.long)
-        for b, row in enumerate(entries):  # check everything before changing anything
-            if len(row.parents) != len(row.tokens):
-                raise ValueError(f"entries: row {b} has {len(row.tokens)} tokens and {len(row.parents)} parents")
+        for b, row in enumerate(entries):
             if row.tokens:
-                tokens[b, : len(row.tokens)] = self._checked_tokens(row.tokens)
-            known = len(self._pending[b])
-            for index, parent in enumerate(row.parents):
-                if not -1 <= parent < known + index:
-                    raise ValueError(f"entries: row {b} entry {index} names parent {parent}, outside "
-                                     f"[-1, {known + index})")
+                tokens[b, : len(row.tokens)] = torch.as_tensor(row.tokens, dtype=torch.long)
         for b, row in enumerate(entries):
             for index, parent in enumerate(row.parents):
                 self._pending[b].append(_Pending.below(self._pending[b], parent, start + index, self.lengths[b]))
@@ -305,17 +281,8 @@ class CausalLM:
         """Keep, per row, the pending entries ``paths[b]`` (a chain starting below the last
         committed token) as committed, and drop every other pending entry. An empty path
         rolls the row back to its committed prefix."""
-        if len(paths) != self.batch_size:
-            raise ValueError(f"paths: expected one path per row ({self.batch_size}), got {len(paths)}")
-        columns = []
-        for b, path in enumerate(paths):
-            expected = -1
-            for entry in path:
-                if not 0 <= entry < len(self._pending[b]) or self._pending[b][entry].parent != expected:
-                    raise ValueError(f"paths: row {b}'s path {path} is not a chain of pending entries below its "
-                                     "committed prefix")
-                expected = entry
-            columns.append([self._pending[b][entry].column for entry in path])
+        self.check_paths(paths)
+        columns = [[self._pending[b][entry].column for entry in path] for b, path in enumerate(paths)]
         new_lengths = [length + len(path) for length, path in zip(self.lengths, paths)]
         start = min(self.lengths)
         end = max(new_lengths)
@@ -333,23 +300,15 @@ class CausalLM:
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only the rows ``rows`` (in that order); the others leave the batch."""
-        if any(self._pending[row] for row in rows):
-            raise ValueError("select_rows: commit the pending entries first")
+        self.check_nothing_pending("select_rows", rows)
         self.cache.select_rows(torch.tensor(rows, dtype=torch.long, device=self.device))
         self.lengths = [self.lengths[row] for row in rows]
         self.batch_size = len(rows)
         self._pending = [[] for _ in rows]
 
     # -- internals ---------------------------------------------------------------------------
-    def _checked_tokens(self, token_ids) -> torch.Tensor:
-        tokens = torch.as_tensor(token_ids, dtype=torch.long).reshape(-1)
-        if tokens.numel() == 0:
-            raise ValueError("token_ids: expected at least one token")
-        if tokens.min() < 0 or tokens.max() >= self.logits_size:
-            raise ValueError(
-                f"token_ids: ids must lie in [0, {self.logits_size}); got [{int(tokens.min())}, {int(tokens.max())}]"
-            )
-        return tokens
+    def pending_parents(self, row: int) -> list[int]:
+        return [entry.parent for entry in self._pending[row]]
 
     def _causal(self, counts: list[int], start: int) -> bool:
         """Whether the model's own causal attention is exactly tree attention here: every
@@ -383,8 +342,7 @@ class CausalLM:
         ``prefill`` overwrites them."""
         if not self.batch_size:
             raise ValueError("add_row: the batch is empty; reset it for the new rows")
-        if any(self._pending):
-            raise ValueError("add_row: commit the pending entries first")
+        self.check_nothing_pending("add_row")
         self.cache.select_rows(torch.tensor(list(range(self.batch_size)) + [0], dtype=torch.long, device=self.device))
         self.lengths.append(0)
         self._pending.append([])
@@ -460,3 +418,70 @@ def _check_twin(model: torch.nn.Module, twin: torch.nn.Module, name: str = "pref
     model_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     if twin_layers != model_layers:
         raise ValueError(f"{name}: {twin_layers} layers, the model has {model_layers}")
+
+
+class TorchBackend(Backend):
+    """A transformers module in a floating dtype on torch, on the CPU or a GPU: float32
+    prefill twins of a bf16 model, weight-only int8/int4 copies on the CPU
+    (``torch_quantize``)."""
+
+    name = "torch"
+    float32_twins = True
+
+    def holds(self, model) -> bool:
+        return isinstance(model, torch.nn.Module)
+
+    def language_model(self, model, twin=None, variants: dict | None = None) -> CausalLM:
+        """A ``CausalLM`` over ``model``, prefilled by ``twin`` where that pays
+        (``prefill_twin``), with its ``variants``."""
+        return CausalLM(model, prefill_model=prefill_twin(twin), variants=variants)
+
+    def settings_description(self, dtype: str, float32_twins: bool) -> dict:
+        return {"dtype": dtype, "float32_twins": float32_twins}
+
+    def device(self, model) -> torch.device:
+        return _device_of(model)
+
+    def max_positions(self, model) -> int | None:
+        return getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+
+    def to(self, model, device: torch.device):
+        return model.to(device)
+
+    def precisions(self, device: torch.device) -> tuple[str, ...]:
+        return PRECISIONS if torch.device(device).type == "cpu" else (AS_LOADED,)
+
+    def at_precision(self, model, precision: str, cache_dir):
+        from specbound.engine.backends.torch_quantize import quantize
+
+        return model if precision == AS_LOADED else quantize(model, precision, cache_dir=cache_dir)
+
+    def precision_of(self, model) -> str:
+        from specbound.engine.backends.torch_quantize import precision_of
+
+        return precision_of(model)
+
+    def cost_precision(self, model) -> str:
+        """A quantised copy's precision ("int8", "int4"), else the dtype the model was loaded
+        in ("bfloat16", "float32"): a float32 and a bfloat16 load, both ``AS_LOADED``, are
+        measured apart."""
+        precision = self.precision_of(model)
+        return str(next(model.parameters()).dtype).removeprefix("torch.") if precision == AS_LOADED else precision
+
+    def cost_key(self, model, precision: str, device) -> str:
+        from specbound.engine.costs import machine_key, model_fingerprint
+
+        return f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
+
+
+def prefill_twin(twin: torch.nn.Module | None) -> torch.nn.Module | None:
+    """``twin`` where a float32 prefill is measured faster than bf16 on this CPU
+    (``engine.costs.float32_beats_bf16``), else None: on a GPU, or where bf16 has matrix units."""
+    if twin is None or _device_of(twin).type != "cpu":
+        return None
+    from specbound.engine.costs import float32_beats_bf16
+
+    return twin if float32_beats_bf16() else None
+
+
+BACKEND = TorchBackend()

@@ -1,8 +1,9 @@
-"""The engine's language-model protocol on llama.cpp's kernels (llama-cpp-python's low-level API).
+"""The llama.cpp backend: the engine's language-model protocol on llama.cpp's kernels
+(llama-cpp-python's low-level API).
 
 A GGUF file runs as it is: ``LlamaCppModel`` loads it once (weights memory-mapped, no
 conversion, no bf16 copy) and ``LlamaCppLM`` holds one llama.cpp context of it with the
-same batched interface as ``engine.lm.CausalLM`` — reset for a batch, prefill a row, score
+same batched interface as ``backends.torch.CausalLM`` — reset for a batch, prefill a row, score
 entries with parents, read the logits of the entries asked for, commit one path per row,
 select rows — so the decoder, the drafters and the planner run on it unchanged.
 
@@ -13,7 +14,7 @@ holding its committed prefix, positions 0 .. L_b − 1, and every root-to-leaf b
 pending entries is one more sequence: the cells of the committed prefix and of a branch's
 nodes belong to it, a node shared by several branches belongs to all of theirs. A pending
 node then sees exactly its row's committed prefix, its ancestors and itself — at the
-position id its parent's plus one — as in ``engine.lm``. A branch that grows below a node
+position id its parent's plus one — as in ``backends.torch``. A branch that grows below a node
 scored in an earlier forward reuses that node's sequence while the node is its tip, else
 starts a new sequence holding the node's path (``llama_memory_seq_cp`` up to its position:
 membership only, no keys or values are copied).
@@ -38,6 +39,10 @@ scored inside a k-row forward differs from the same row scored alone by rounding
 the rows the verification forward computed — the law sampled is the target's as that
 forward computes it, as in llama.cpp's own loop — and ``generate_batch`` gives the tokens of
 solo runs only where the forward is invariant.
+
+``LlamaCppBackend`` (``BACKEND``) is what the rest of the package knows of it: GGUF files on
+the CPU, at their own quantisation, with AMX kernels where this build's pass the probe
+(``llamacpp_amx``).
 """
 
 from __future__ import annotations
@@ -54,8 +59,9 @@ import numpy as np
 import torch
 
 from specbound.checks import positive_int
-from specbound.engine.extra_buffers import use_extra_buffers
-from specbound.engine.lm import Entries
+from specbound.engine.backends import Backend, BaseLM, Entries
+from specbound.engine.backends.interrupts import hear_swallowed_interrupts
+from specbound.engine.backends.llamacpp_amx import use_extra_buffers
 from specbound.engine.machine import file_fingerprint
 from specbound.engine.precisions import AS_LOADED
 
@@ -64,8 +70,10 @@ DEFAULT_CONTEXT = 8192  # KV cells of a context (all rows and branches together)
 BATCH_TOKENS = 512  # tokens per llama_decode call (longer inputs are split)
 CELL_STEP = 256  # llama.cpp rounds a context's cells up to a multiple of this
 
+INSTALL = "pip install 'specbound[llamacpp]'  (builds llama.cpp from source: needs a C compiler and cmake)"
+
 _backend_lock = threading.Lock()
-_backend_ready = False
+_quiet_log = None  # the log callback, kept alive while llama.cpp holds its pointer
 _LOG_ERROR = 4  # ggml_log_level: 1 debug, 2 info, 3 warn, 4 error
 
 
@@ -85,19 +93,17 @@ def llama_cpp_version() -> str:
 
 def _llama():
     """The llama_cpp module, its backend initialised once and its log cut to errors."""
-    global _backend_ready
+    global _quiet_log
     try:
         import llama_cpp
     except ImportError as error:
-        raise ImportError(
-            "the llama.cpp backend needs llama-cpp-python: pip install 'specbound[llamacpp]' (builds llama.cpp from "
-            "source: needs a C compiler and cmake)"
-        ) from error
+        raise ImportError(f"the llama.cpp backend needs llama-cpp-python: {INSTALL}") from error
     with _backend_lock:
-        if not _backend_ready:
+        if _quiet_log is None:
             llama_cpp.llama_backend_init()
+            _quiet_log = llama_cpp.llama_log_callback(_drop_below_errors)
             llama_cpp.llama_log_set(_quiet_log, ctypes.c_void_p(0))
-            _backend_ready = True
+            hear_swallowed_interrupts()  # a Ctrl-C that lands in the callback
     return llama_cpp
 
 
@@ -106,19 +112,12 @@ def _drop_below_errors(level: int, text: bytes, user_data) -> None:
         os.write(2, text)
 
 
-try:
-    import llama_cpp as _llama_cpp_module
-
-    _quiet_log = _llama_cpp_module.llama_log_callback(_drop_below_errors)  # kept alive: llama.cpp holds the pointer
-except (ImportError, OSError):
-    _quiet_log = None
-
 
 class LlamaCppModel:
     """A GGUF file loaded by llama.cpp (weights memory-mapped), from which ``LlamaCppLM``
     contexts are made. ``threads``: CPU threads of every forward (default: all cores).
     ``extra_buffers``: whether llama.cpp may re-lay the weights in its extra buffer types
-    (AMX, repacked layouts), False where this build's AMX kernels fail (``extra_buffers``)."""
+    (AMX, repacked layouts), False where this build's AMX kernels fail (``llamacpp_amx``)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None, fingerprint: str | None = None):
         llama_cpp = _llama()
@@ -260,8 +259,8 @@ class LlamaScores:
         return self._logits[rows]
 
 
-class LlamaCppLM:
-    """One llama.cpp context of ``model`` with the batched interface of ``engine.lm.CausalLM``
+class LlamaCppLM(BaseLM):
+    """One llama.cpp context of ``model`` with the batched interface of ``backends.torch.CausalLM``
     (module docstring). ``context_cells``: KV cells shared by every row and branch, rounded
     up to llama.cpp's step of 256; a larger context is made when ``reset`` or ``add_row`` is
     told the batch needs more.
@@ -318,6 +317,9 @@ class LlamaCppLM:
     def lengths(self) -> list[int]:
         return [len(row.committed) for row in self._rows]
 
+    def pending_parents(self, row: int) -> list[int]:
+        return [node.parent for node in self._rows[row].pending]
+
     def reset(self, batch_size: int = 1, cells: int | None = None) -> None:
         """Forget everything: an empty cache for ``batch_size`` rows. ``cells``: the KV
         entries the batch may hold at most; a context too small for them is replaced by
@@ -341,7 +343,7 @@ class LlamaCppLM:
         tokens (a chat template's system turn, say), up to the first token whose logits are
         read, joins that row's cells (``llama_memory_seq_cp``: membership, no copy) instead
         of being computed again; the rest is decoded.  # -> [1 | n | last, vocab] float32"""
-        tokens = self._checked_tokens(token_ids)
+        tokens = self.checked_tokens(token_ids).tolist()
         count = len(tokens)
         first_read = max(0, count - (last if last is not None else 1 if last_only else count))
         pieces = self._commit_prompts({row: tokens}, first_read)
@@ -356,7 +358,7 @@ class LlamaCppLM:
         outside the call has committed joins that row's cells (``prefill``). The entries go
         in forwards of up to ``batch_tokens``, several rows to a forward, every entry after
         the entries it attends to."""
-        self._commit_prompts({row: self._checked_tokens(tokens) for row, tokens in prompts.items()})
+        self._commit_prompts({row: self.checked_tokens(tokens).tolist() for row, tokens in prompts.items()})
 
     def _commit_prompts(self, tokens_of: dict[int, list[int]], first_read: int | None = None) -> list[torch.Tensor]:
         """``prefill_rows`` of checked prompts; with ``first_read`` (one prompt) the logits of
@@ -415,21 +417,7 @@ class LlamaCppLM:
         ``AS_LOADED``."""
         if variant != AS_LOADED:
             raise ValueError(f"variant: the llama.cpp backend has no variant {variant!r}")
-        if len(entries) != self.batch_size:
-            raise ValueError(f"entries: expected one Entries per row ({self.batch_size}), got {len(entries)}")
-        counts = [len(row.tokens) for row in entries]
-        if not any(counts):
-            raise ValueError("entries: no row adds a token")
-        for b, row in enumerate(entries):  # check everything before changing anything
-            if len(row.parents) != len(row.tokens):
-                raise ValueError(f"entries: row {b} has {len(row.tokens)} tokens and {len(row.parents)} parents")
-            if row.tokens:
-                self._checked_tokens(row.tokens)
-            known = len(self._rows[b].pending)
-            for index, parent in enumerate(row.parents):
-                if not -1 <= parent < known + index:
-                    raise ValueError(f"entries: row {b} entry {index} names parent {parent}, outside "
-                                     f"[-1, {known + index})")
+        counts = self.check_entries(entries)  # everything checked before anything changes
         needed = sum(self._new_sequences(state, row.parents) for state, row in zip(self._rows, entries))
         if needed > len(self._free):
             raise ValueError(f"entries: the trees of this forward need {needed} new branches; llama.cpp holds "
@@ -453,15 +441,7 @@ class LlamaCppLM:
         """Keep, per row, the pending entries ``paths[b]`` (a chain below the committed
         prefix) as committed and drop every other pending entry; an empty path rolls the
         row back to its committed prefix."""
-        if len(paths) != self.batch_size:
-            raise ValueError(f"paths: expected one path per row ({self.batch_size}), got {len(paths)}")
-        for b, path in enumerate(paths):
-            pending, expected = self._rows[b].pending, -1
-            for entry in path:
-                if not 0 <= entry < len(pending) or pending[entry].parent != expected:
-                    raise ValueError(f"paths: row {b}'s path {path} is not a chain of pending entries below its "
-                                     "committed prefix")
-                expected = entry
+        self.check_paths(paths)
         llama = self._llama
         for state, path in zip(self._rows, paths):
             length = len(state.committed)
@@ -483,8 +463,7 @@ class LlamaCppLM:
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only the rows ``rows`` (in that order); the others leave the batch."""
-        if any(self._rows[row].pending for row in rows):
-            raise ValueError("select_rows: commit the pending entries first")
+        self.check_nothing_pending("select_rows", rows)
         kept = set(rows)
         for b, state in enumerate(self._rows):
             if b not in kept:
@@ -498,7 +477,7 @@ class LlamaCppLM:
         """Next-token logits at the last ``last`` positions of one forward over ``token_ids``
         alone (the cache reset for it): the full forward a study scores a sequence with.
         # -> [last, vocab] float32"""
-        tokens = self._checked_tokens(token_ids)
+        tokens = self.checked_tokens(token_ids).tolist()
         self.reset(1, cells=len(tokens))
         logits = self.prefill(0, tokens, last=last)
         self.reset(1)
@@ -510,8 +489,7 @@ class LlamaCppLM:
         small for every row's is replaced by a larger one into which the committed rows are
         replayed (rounding may differ from their first forwards: llama.cpp is not
         batch-invariant)."""
-        if any(row.pending for row in self._rows):
-            raise ValueError("add_row: commit the pending entries first")
+        self.check_nothing_pending("add_row")
         if not self._free or len(self._rows) + 1 >= MAX_SEQUENCES:
             raise ValueError(f"add_row: llama.cpp holds at most {MAX_SEQUENCES} sequences")
         needed = sum(len(row.committed) for row in self._rows) + (cells or 0)
@@ -626,12 +604,58 @@ class LlamaCppLM:
             raise ValueError(f"entries: {used} cached tokens + {new_tokens} new exceed the context's {self._cells} "
                              "KV cells (reset the model with the cells the batch needs)")
 
-    def _checked_tokens(self, token_ids) -> list[int]:
-        tokens = [int(token) for token in torch.as_tensor(token_ids, dtype=torch.long).reshape(-1).tolist()]
-        if not tokens:
-            raise ValueError("token_ids: expected at least one token")
-        if min(tokens) < 0 or max(tokens) >= self.logits_size:
-            raise ValueError(f"token_ids: ids must lie in [0, {self.logits_size}); got [{min(tokens)}, {max(tokens)}]")
-        return tokens
+
+class LlamaCppBackend(Backend):
+    """GGUF files as they are on llama.cpp's CPU kernels: one precision (the file's own
+    types), no twins, a context of the file's training length."""
+
+    name = "llama.cpp"
+    install = INSTALL
+    missing = ("llama-cpp-python is not installed. llama.cpp's kernels run these GGUF files as they are, at their own "
+               "quantisation, where torch decodes a dequantised copy, and are usually faster on a CPU (the README's "
+               f"speed tables); install it with {INSTALL}")
+
+    def available(self) -> bool:
+        return llama_cpp_available()
+
+    def refusal(self, not_gguf: list[str], device: str) -> str | None:
+        if not_gguf:
+            return f"llama.cpp runs GGUF files; {', '.join(not_gguf)} is not one (use --backend torch)"
+        if str(device) != "cpu":
+            return f"this llama.cpp build runs on the CPU, not {device} (use --backend torch)"
+        return None
+
+    def holds(self, model) -> bool:
+        return isinstance(model, LlamaCppModel)
+
+    def language_model(self, model, twin=None, variants: dict | None = None) -> LlamaCppLM:
+        return LlamaCppLM(model)
+
+    def device(self, model) -> torch.device:
+        return torch.device("cpu")
+
+    def max_positions(self, model) -> int | None:
+        return model.n_ctx_train or None
+
+    def to(self, model, device: torch.device):
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"device: the llama.cpp backend runs on the CPU, not {device}")
+        return model
+
+    def cost_precision(self, model) -> str:
+        return "gguf"  # the file's own types
+
+    def cost_key(self, model, precision: str, device) -> str:
+        from specbound.engine.costs import hardware_key
+
+        kernels = "" if model.extra_buffers else " without extra buffers"
+        return (f"{hardware_key()} | llama.cpp {llama_cpp_version()}{kernels} | {model.threads} threads | "
+                f"{model.fingerprint} | {precision}")
+
+    def weights_description(self, models: dict, files: bool = True) -> str:
+        """The llama.cpp backend's settings have no dtype: the GGUF files run as they are."""
+        files = files and ", ".join(str(models[key]) for key in ("target_file", "draft_file") if key in models)
+        return f"llama.cpp backend, {models.get('threads', '?')} threads" + (f" ({files})" if files else "")
 
 
+BACKEND = LlamaCppBackend()

@@ -1,0 +1,89 @@
+"""A pair's decoder and schedule, built in one place.
+
+``assemble(pair, processing, method)`` makes what decodes a ``ModelPair``: the target's
+language model (its backend's, with a float32 prefill twin where that pays), a drafter — the
+draft model's (``ModelDrafter``), prompt lookup's (``PromptLookupDrafter``), both behind one
+``DrafterChoice`` under a planner, or none — and the schedule the decoder runs:
+
+- a fixed ``Method`` (built by ``methods.build_method``): its own schedule, drafting with
+  ``drafter`` when it drafts;
+- ``"auto"``: a ``Planner`` over this machine's measured forward costs (``costs.CostBook``,
+  kept in ``<cache>/costs.json``) and the acceptance it sees, choosing the method step by
+  step among candidates that draft with the draft model (when the pair has one) or by prompt
+  lookup, whose drafts cost no forward. The draft runs each forward at the precision of
+  ``draft_precisions`` its backend runs (``Backend.precisions``: on torch on the CPU, its
+  int8/int4 copies, kept in the cache) measured fastest for its rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from specbound.engine.costs import CostBook
+from specbound.engine.decode import Decoder
+from specbound.engine.drafters import DrafterChoice, ModelDrafter, PromptLookupDrafter
+from specbound.engine.methods import Method, Schedule
+from specbound.engine.pair import ModelPair
+from specbound.engine.planner import Planner, default_candidates
+from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
+from specbound.engine.processing import Processing
+from specbound.paths import default_cache_dir
+
+DRAFTERS = ("model", "prompt-lookup")
+
+
+class Assembly(NamedTuple):
+    decoder: Decoder
+    schedule: Schedule  # what to pass to decoder.generate: the Method, or the Planner under "auto"
+
+
+def assemble(pair: ModelPair, processing: Processing, method: Method | str = "auto", drafter: str = "model",
+             draft_precisions=PRECISIONS, cache_dir=None, stop_at_eos: bool = True, candidates=None) -> Assembly:
+    """The decoder of ``pair`` with ``processing`` and its schedule (module docstring):
+    ``method`` a built ``Method`` (drafting with ``drafter``, "model" or "prompt-lookup",
+    when it drafts) or "auto" (a planner over ``candidates``, default
+    ``planner.default_candidates(lookup=True)``; costs and quantised copies kept under
+    ``cache_dir``). ``stop_at_eos``: end a sequence at the pair's EOS tokens."""
+    eos = pair.eos_token_ids if stop_at_eos else ()
+    if method == "auto":
+        return _auto(pair, processing, draft_precisions, cache_dir, eos, candidates)
+    if not isinstance(method, Method):
+        raise TypeError(f"method: expected a Method or 'auto', got {type(method).__name__}")
+    target = pair.backend.language_model(pair.target, pair.target_twin)
+    return Assembly(Decoder(target, _drafter(pair, processing, drafter) if method.depth else None, processing, eos),
+                    method)
+
+
+def _drafter(pair: ModelPair, processing: Processing, drafter: str):
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter: expected one of {list(DRAFTERS)}, got {drafter!r}")
+    if drafter == "prompt-lookup":
+        return PromptLookupDrafter(pair.vocab_size, device=pair.device)
+    if pair.draft is None:
+        raise ValueError("drafter: this pair was loaded without a draft model")
+    return ModelDrafter(pair.backend.language_model(pair.draft, pair.draft_twin), processing)
+
+
+def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, eos, candidates) -> Assembly:
+    backend, device = pair.backend, pair.device
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    book = CostBook(cache / "costs.json")
+    target_costs = book.costs(pair.target, backend.cost_precision(pair.target), device)
+    draft_costs, variants = {}, {}
+    if pair.draft is not None:
+        named = {precision_name(precision, "draft_precisions") for precision in draft_precisions}
+        chosen = named & set(backend.precisions(device)) or {AS_LOADED}
+        variants = {precision: backend.at_precision(pair.draft, precision, cache)
+                    for precision in PRECISIONS if precision in chosen - {AS_LOADED}}
+        models = {AS_LOADED: pair.draft} | variants
+        draft_costs = {precision: book.costs(model, backend.cost_precision(model), device)
+                       for precision, model in models.items() if precision in chosen}
+    planner = Planner(target_costs, draft_costs, default_candidates(lookup=True) if candidates is None else candidates)
+    target = backend.language_model(pair.target, pair.target_twin)
+    batch_heads = target_costs(16) <= 2 * target_costs(1)  # rows nearly free: one head call per step
+    drafters = {"lookup": PromptLookupDrafter(pair.vocab_size, device=device)}
+    if pair.draft is not None:
+        draft = backend.language_model(pair.draft, pair.draft_twin, variants)
+        drafters["model"] = ModelDrafter(draft, processing, planner.variant_for_rows)
+    return Assembly(Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner)
