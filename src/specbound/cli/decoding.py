@@ -63,8 +63,9 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
     sampling.add_argument("--top-k", type=arguments.positive_int, default=None)
     sampling.add_argument("--top-p", type=arguments.number(0.0, 1.0, low_open=True), default=None)
     sampling.add_argument("--seed", type=arguments.seed, default=0)
-    sampling.add_argument("--max-new-tokens", type=arguments.positive_int, default=max_new_tokens,
-                          help=f"tokens to generate at most (default {max_new_tokens})")
+    sampling.add_argument("--max-new-tokens", type=arguments.integer(1, MAX_NEW_TOKENS), default=max_new_tokens,
+                          help=f"tokens to generate at most (default {max_new_tokens}; at most {MAX_NEW_TOKENS:,}, "
+                          "more positions than any model has)")
 
 
 def parse_method(text: str, defaults: dict | None = None, option: str = "method") -> tuple[str, dict]:
@@ -105,15 +106,11 @@ MAX_NEW_TOKENS = 2**20  # more positions than any model here has (Qwen2.5: 32,76
 
 
 def check_sampling(args, methods: list[tuple[str, dict]], option: str = "method") -> None:
-    """What can be refused before the models load beyond each value's own check: more new
-    tokens than any model has positions, and a method of ``methods`` (name, options) that
-    the sampling settings make too large for its verifier (``check_enumeration``);
-    messages name ``option`` for the methods."""
+    """What can be refused before the models load beyond each value's own check: a method
+    of ``methods`` (name, options) that the sampling settings make too large for its
+    verifier (``check_enumeration``); messages name ``option``."""
     from specbound.engine.methods import build_method
 
-    if args.max_new_tokens > MAX_NEW_TOKENS:
-        raise ValueError(f"max_new_tokens: --max-new-tokens {args.max_new_tokens:,} is more than any model's "
-                         f"context holds (at most {MAX_NEW_TOKENS:,} here)")
     for name, options in methods:
         if name != "auto":
             check_enumeration(build_method(name, **options), args.temperature, args.top_k, args.top_p, option)

@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from specbound.api import check_context
-    from specbound.engine import Processing, RunStats
-    from specbound.engine.planner import Planner
+    from specbound.engine import RunStats, Sampling
     from specbound.plots.run import plot_run
 
     methods = parse_methods(args)
@@ -98,13 +97,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)
     pair = speculator.pair
-    processing = Processing(args.temperature, args.top_k, args.top_p, pair.vocab_size)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     encoded = [pair.encode(prompt.text) for prompt in prompts]
     for prompt, prompt_ids in zip(prompts, encoded):
         check_context(len(prompt_ids), args.max_new_tokens, pair.max_positions, f"prompt {prompt.id}")
-    decoders = {label: speculator.decoder_for(processing, name, options) for label, (name, options) in methods.items()}
+    decoders = {label: speculator.decoder_for(sampling, name, options) for label, (name, options) in methods.items()}
     for decoder, plan in decoders.values():  # the first forwards of a model are slow: not timed
-        if not isinstance(plan, Planner):
+        if not plan.adaptive:  # a planner learns from every step: no warm-up for it
             decoder.generate(encoded[0], plan, 4, torch.Generator().manual_seed(args.seed))
 
     results_path = output_dir / "results.jsonl"
@@ -131,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(1)
 
     rows = summary_rows(totals)
-    planners = {label: plan for label, (_, plan) in decoders.items() if isinstance(plan, Planner)}
+    planners = {label: plan for label, (_, plan) in decoders.items() if plan.adaptive}
     for row in rows:
         if row["method"] in planners:
             row["plan"], row["predicted_tokens_per_second"] = planners[row["method"]].summary()

@@ -140,6 +140,7 @@ class Method:
     verifiers: tuple  # per depth: the per-node verifier deciding there; () when tree_verifier decides
     tree_verifier: TreeVerifier | None = None  # a verifier of the whole drafted tree (block, traversal)
     drafter: str = "model"  # who drafts its trees: "model" (the draft model) or "lookup" (prompt lookup)
+    adaptive = False  # a fixed method learns nothing from the steps it runs (``Schedule``)
 
     def __post_init__(self):
         if self.tree_verifier is not None:
@@ -202,6 +203,7 @@ class Schedule(Protocol):
     the steps it ran (``observe``)."""
 
     name: str
+    adaptive: bool  # whether its methods follow what it learns from the steps run (the planner's do)
 
     @property
     def depth(self) -> int: ...  # the deepest tree any of its methods drafts

@@ -136,6 +136,7 @@ class Planner:
     prior_acceptance: float = PRIOR_ACCEPTANCE
     replan_every: int = REPLAN_EVERY
     name: str = "auto"
+    adaptive = True  # its methods follow what it learns (``methods.Schedule``)
     evidence: dict[str, Evidence] = field(default_factory=dict)
     _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
     _path_children: dict = field(default_factory=dict)  # budgeted candidate -> depth -> {children: path nodes}
