@@ -15,12 +15,17 @@ Numerics kept in one place:
   so it gives what the numpy expression it replaces gave, bit for bit.
 - float keys (ratios p/q, masses) are put in order by one stable radix sort on their bits
   (``ascending_order``), wherever an exact computation sorts them.
+
+The math layers import torch only inside their torch paths, so that the exact computations
+(``specbound accept``, ``bounds``, ``theory``) run without it: a tensor exists only once
+torch is imported, which is what ``is_tensor`` asks before looking at one.
 """
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-import torch
 
 from specbound.compiled import compiled
 
@@ -39,6 +44,17 @@ class ZeroResidualError(ArithmeticError):
     after a rejection, and a rejection implies positive residual mass. Seeing this error
     means the inputs broke a precondition or the algorithm has a bug.
     """
+
+
+def is_tensor(value) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (no tensor exists before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def array_module(value):
+    """The module whose functions take ``value``: torch for a torch tensor, else numpy."""
+    return sys.modules["torch"] if is_tensor(value) else np
 
 
 # -- checked inputs ----------------------------------------------------------------------
@@ -219,6 +235,8 @@ def top_tokens(draft_probs, count: int):
         if count > draft_probs.shape[-1]:
             raise ValueError(f"count: {count} tokens asked of a vocabulary of {draft_probs.shape[-1]}")
         return most_probable(np.ascontiguousarray(draft_probs, dtype=np.float64), count)
+    import torch
+
     if count == 0:
         return torch.zeros((draft_probs.shape[0], 0), dtype=torch.long, device=draft_probs.device)
     if count < draft_probs.shape[-1]:
@@ -418,6 +436,8 @@ def sample_from_torch(weights, uniforms, needed=None):
     lie on a grid of 2⁻⁸ there. ``uniforms`` of shape [batch, n] draw n tokens per row
     independently from one running sum (n draws with replacement).
     # weights [batch, vocab], uniforms [batch] or [batch, n], needed [batch] bool -> [batch] or [batch, n] long"""
+    import torch
+
     cumulative = torch.cumsum(weights, dim=-1, dtype=torch.promote_types(weights.dtype, torch.float32))
     totals = cumulative[:, -1]
     empty = totals <= 0
@@ -440,6 +460,8 @@ def sample_from_torch(weights, uniforms, needed=None):
 def uniforms_torch(shape, generator, like):
     """Uniforms in [0, 1) of ``shape`` for drawing from ``like``'s rows: float32 at least
     (bf16 uniforms lie on a grid of 2⁻⁸ near 1), on ``like``'s device."""
+    import torch
+
     return torch.rand(shape, generator=generator, dtype=torch.promote_types(like.dtype, torch.float32),
                       device=like.device)
 
@@ -447,6 +469,8 @@ def uniforms_torch(shape, generator, like):
 def normalize_mass_torch(mass, rows):
     """Renormalise ``mass`` rows (``normalize_mass``'s twin); rows outside ``rows`` are
     left as they are, never divided by zero.  # [batch, vocab], [batch] bool -> [batch, vocab]"""
+    import torch
+
     totals = mass.sum(dim=-1, keepdim=True)
     if bool(torch.any(rows & (totals[:, 0] <= 0))):
         raise ZeroResidualError("residual distribution has zero mass; a correct verifier never samples it")

@@ -1,10 +1,12 @@
 """Inputs that only fail once work has started are checked before it starts (before any
 model loads): an output folder that cannot be written, a prompts file that cannot be read,
 a results folder whose settings are not a study's; each refused in one line naming the
-option, with status 2."""
+option, with status 2. Every value the handlers check is checked before torch loads."""
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -88,3 +90,44 @@ def test_a_results_folder_whose_settings_are_not_an_object_is_refused_by_report(
     assert main(["report", str(tmp_path)]) == 2
     message = refusal(capsys)
     assert message.startswith("specbound report: error: results:") and str(folder / "settings.json") in message
+
+
+BEFORE_TORCH = [  # (arguments, the option the one-line refusal names): values checked in the handlers
+    (["generate", "hi", "--max-new-tokens", "1000000000000"], "--max-new-tokens"),
+    (["generate", "hi", "--method", "bogus"], "method"),
+    (["generate", "hi", "--method", "chain:gamma=0"], "gamma"),
+    (["generate", "hi", "--method", "tree:verifier=optimal"], "method"),
+    (["run", "--prompts", "{prompts}", "--methods", "chain,bogus"], "methods"),
+    (["run", "--prompts", "{prompts}", "--show", "5"], "show"),
+    (["run", "--prompts", "{missing}"], "prompts"),
+    (["serve", "--method", "sparse:budget=0"], "budget"),
+]
+BEFORE_TORCH_CODE = """
+import contextlib, io, json, sys
+from specbound.cli import main
+results = []
+for arguments in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as errors:
+        try:
+            status = main(arguments)
+        except SystemExit as ended:
+            status = ended.code
+    results.append([status, errors.getvalue().strip().splitlines()[-1]])
+print(json.dumps({"results": results, "loaded": [name for name in ("torch", "transformers", "llama_cpp")
+                                                 if name in sys.modules]}))
+"""
+
+
+def test_a_bad_value_is_refused_before_torch_loads(prompts, tmp_path):
+    """The handlers check every value (methods and their options, prompt sets, indexes)
+    before they import torch, transformers or llama.cpp: a refusal takes no model stack's
+    import time. One fresh interpreter for all of them."""
+    calls = [[argument.format(prompts=prompts, missing=tmp_path / "missing.txt") for argument in arguments]
+             for arguments, _ in BEFORE_TORCH]
+    finished = subprocess.run([sys.executable, "-c", BEFORE_TORCH_CODE, json.dumps(calls)], capture_output=True,
+                              text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    report = json.loads(finished.stdout)
+    for (arguments, option), (status, message) in zip(BEFORE_TORCH, report["results"]):
+        assert status == 2 and option.lstrip("-") in message, (arguments, status, message)
+    assert report["loaded"] == []

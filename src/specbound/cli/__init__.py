@@ -4,9 +4,11 @@ Each command module exposes ``register(subparsers)``, which adds its parser and 
 ``handler`` (a function taking the parsed arguments and returning an exit code). The
 numbers come from ``specbound.experiments``, the studies and the engine; the command line
 knows nothing of the math beyond calling it. Building the parser imports none of them (nor
-torch, transformers or matplotlib): the handlers import what they call, and a command whose
-options are read from such a registry adds them on its first use
-(``subparsers.choices.defer``, ``CommandParsers``). How a command ends:
+torch, transformers, matplotlib, numba or scipy): the handlers import what they call, and a
+command whose options are read from such a registry adds them on its first use
+(``subparsers.choices.defer``, ``CommandParsers``). The handlers check every value before
+they import torch, transformers or llama.cpp, and ``accept``, ``bounds`` and ``theory``
+never import them (the math layers import torch only in their torch paths). How a command ends:
 
 - a bad value: exit status 2 and a one-line message naming the option (argparse's own, or
   a ValueError raised by specbound's own checks, a ``checks.WorkLimitError`` among them);
@@ -42,6 +44,7 @@ COMMAND_MODULES = [
     "specbound.cli.study",
     "specbound.cli.report",
     "specbound.cli.serve",
+    "specbound.cli.audit",
 ]
 
 
@@ -66,8 +69,8 @@ class CommandParsers(Mapping):
     """The commands' parsers by name, where the subparsers action looks them up (its
     ``choices``). A command's parser is finished (``_finish``) on its first lookup — parsing
     the command, its help, a walk over every parser — after the options its module deferred
-    to then (``defer``), if any: options read from a registry whose modules import torch
-    (the studies', the engine's methods) cost the other commands nothing."""
+    to then (``defer``), if any: options read from a registry whose modules are heavy (the
+    studies' import torch, the engine's methods numba and scipy) cost the other commands nothing."""
 
     def __init__(self, finish):
         self._parsers = {}

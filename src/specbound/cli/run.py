@@ -80,19 +80,20 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-    from tqdm import tqdm
-
-    from specbound.api import check_context
-    from specbound.engine import RunStats, Sampling
-    from specbound.plots.run import plot_run
-
     methods = parse_methods(args)
     check_sampling(args, list(methods.values()), option="methods")
     prompts = prompt_set(args.prompts, args.limit, "--prompts")
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
     output_dir = writable_folder(args.output_dir, "--output-dir")
+
+    import torch  # after the checks: a bad value is refused before torch loads
+    from tqdm import tqdm
+
+    from specbound.api import check_context
+    from specbound.engine import RunStats, Sampling
+    from specbound.plots.run import plot_run
+
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     speculator = load_speculator(args)
@@ -173,7 +174,8 @@ def register(subparsers) -> None:
 
 
 def _add_options(parser) -> None:
-    """``run``'s options, which name the engine's methods (their registry imports torch)."""
+    """``run``'s options, which name the engine's methods (their registry imports the verifiers:
+    numba and scipy)."""
     from specbound.engine.methods import METHODS
 
     add_model_arguments(parser)

@@ -175,7 +175,7 @@ def register(subparsers) -> None:
 
 def _add_figures(parser) -> None:
     """One subcommand per figure; ``pareto``'s methods are read from ``verifiers.biased``
-    (which imports torch) on the command's first use."""
+    (which imports numba and scipy) on the command's first use."""
     from specbound.verifiers.biased import SWEEP_METHODS
 
     commands = parser.add_subparsers(dest="theory_command", required=True, metavar="FIGURE")

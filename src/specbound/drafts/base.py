@@ -17,15 +17,17 @@ up here.
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-import torch
 
 from specbound.bounds import MAX_LP_VARIABLES, OptimalAcceptance, bruteforce_optimum, optimal_coupling, prefix_scan_optimum
 from specbound.bounds.rows import RowPairs
 from specbound.checks import WorkLimitError, positive_int
-from specbound.probability import as_distributions, as_target_and_draft, support_size
+from specbound.probability import as_distributions, as_target_and_draft, is_tensor, support_size
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_ENUMERATED_TUPLES = 2_000_000
 
@@ -167,7 +169,7 @@ class DraftScheme:
 
 
 def _support(draft_probs) -> np.ndarray:
-    if isinstance(draft_probs, torch.Tensor):
+    if is_tensor(draft_probs):
         return (draft_probs > 0).sum(dim=-1).cpu().numpy()
     return support_size(draft_probs)
 

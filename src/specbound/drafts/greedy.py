@@ -16,7 +16,6 @@ Letters: p = target, q = draft (SPEC.md §0).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from specbound.bounds import OptimalAcceptance
 from specbound.compiled import compiled
@@ -92,6 +91,8 @@ class GreedyDrafts(DraftScheme):
         return np.concatenate([top, last[:, None]], axis=1)
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
+        import torch
+
         top = top_tokens(draft_probs, num_drafts - 1)
         uniforms = uniforms_torch(draft_probs.shape[0], generator, draft_probs)
         last = sample_from_torch(draft_probs.scatter(1, top, 0.0), uniforms)[:, None]
@@ -125,6 +126,8 @@ class SpecHubPairs(DraftScheme):
         return np.stack([first, second], axis=1)
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
+        import torch
+
         hub = top_tokens(draft_probs, 1)
         uniforms = uniforms_torch((draft_probs.shape[0], 2), generator, draft_probs)
         first = sample_from_torch(draft_probs, uniforms[:, 0])[:, None]

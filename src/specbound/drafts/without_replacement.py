@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import torch
 
 from specbound.bounds.race import race_all_in_mass, race_mass_bounds
 from specbound.bounds.subset import prefix_scan_optimum, prefix_sums
@@ -46,6 +45,8 @@ class WithoutReplacement(DraftScheme):
         # drafts before it zeroed (a zero-weight token is never drawn, so the drafts are
         # distinct). n running sums over the vocabulary cost less than the race's one
         # exponential draw per token.
+        import torch
+
         uniforms = uniforms_torch((draft_probs.shape[0], num_drafts), generator, draft_probs)
         weights, drawn = draft_probs, []
         for rank in range(num_drafts):

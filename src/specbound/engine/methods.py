@@ -38,13 +38,14 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from specbound.checks import finite_number, positive_int, within_limit
 from specbound.verifiers import Verifier, get_verifier
 from specbound.verifiers.tree import DraftedTree, TreeVerifier, tokenwise_expected_accepted
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_DRAFTED_PER_CALL = 4096  # tokens one target call verifies, each with a vocabulary row (0.6 MB at 151,936)
 
@@ -120,6 +121,8 @@ class Budget:
 
     def counts(self, depth: int, reach: list[float], draft_probs: torch.Tensor, nodes: int) -> list[int]:
         """Children per frontier node.  # reach [frontier], draft_probs [frontier, vocab]"""
+        import torch  # here: the methods' registry is read (the command line's checks) without torch
+
         room = min(self.width, self.nodes - nodes)
         if room <= 0:
             return [0] * len(reach)

@@ -27,14 +27,16 @@ verifier is one class and its tests.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
-import torch
 
 from specbound.bounds.rows import RowPairs
 from specbound.drafts import DraftScheme, get_draft_scheme
-from specbound.probability import SUM_TOLERANCE, as_draft_tokens, as_target_and_draft
+from specbound.probability import SUM_TOLERANCE, as_draft_tokens, as_target_and_draft, is_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class Verdict:
 
 def acceptance_ratio(target_mass, draft_mass):
     """min(1, target/draft) for draft > 0, numpy or torch.  # [batch] -> [batch]"""
-    if isinstance(target_mass, torch.Tensor):
-        return torch.clamp(target_mass / draft_mass, max=1.0)
+    if is_tensor(target_mass):
+        return (target_mass / draft_mass).clamp(max=1.0)
     with np.errstate(over="ignore"):  # a ratio beyond float64's range is ∞, and min(1, ∞) = 1
         return np.minimum(1.0, target_mass / draft_mass)
 
@@ -62,7 +64,9 @@ def residual_law(leftover, target):
     p/q of 1 − 1e-16, or a dominant token stored as 1.0 beside draft tokens of 1e-17, where
     p − q cancels to 0 — and then the target itself, off by rounding, is emitted: never a
     token it rules out, never a division by zero.  # [batch, vocab] x2 -> [batch, vocab]"""
-    if isinstance(leftover, torch.Tensor):
+    if is_tensor(leftover):
+        import torch
+
         totals = leftover.sum(dim=-1, keepdim=True)
         return torch.where(totals > 0, leftover / torch.where(totals > 0, totals, 1.0), target)
     totals = leftover.sum(axis=-1, keepdims=True)
@@ -71,8 +75,8 @@ def residual_law(leftover, target):
 
 def contains(draft_tokens, tokens):
     """Whether each row's emitted token is one of its drafts.  # [batch, n], [batch] -> [batch]"""
-    if isinstance(draft_tokens, torch.Tensor):
-        return torch.any(draft_tokens == tokens[:, None], dim=1)
+    if is_tensor(draft_tokens):
+        return (draft_tokens == tokens[:, None]).any(dim=1)
     return np.any(draft_tokens == tokens[:, None], axis=1)
 
 
@@ -198,6 +202,8 @@ class Verifier:
     def verify_torch(self, target_probs, draft_probs, draft_tokens, generator: torch.Generator) -> Verdict:
         """Run the verifier on torch tensors with randomness from ``generator`` (float64
         uniforms, one row of n + 1 per row, as ``verify_with_uniforms``)."""
+        import torch
+
         uniforms = torch.rand(
             (draft_tokens.shape[0], draft_tokens.shape[1] + 1),
             generator=generator,
@@ -211,6 +217,8 @@ class Verifier:
         (``_check_torch``). Rows narrower than float32 are computed in float32, uniforms in
         the rows' computing dtype (float32 or float64).
         # target_probs, draft_probs [batch, vocab]; draft_tokens [batch, n]; uniforms [batch, n + 1]"""
+        import torch
+
         _check_torch(self, target_probs, draft_probs, draft_tokens, uniforms)
         if not self.native_torch():
             verdict = self.verify_with_uniforms(
@@ -268,6 +276,8 @@ def _check_torch(verifier, target, draft, tokens, uniforms):
     vocabulary, of positive draft probability, and distinct where the scheme draws
     distinct tokens; uniforms in [0, 1). Elementwise passes over the rows and O(batch·n)
     gathers, with one device sync for all the values."""
+    import torch
+
     for name, tensor in (("target_probs", target), ("draft_probs", draft), ("draft_tokens", tokens),
                          ("uniforms", uniforms)):
         if not isinstance(tensor, torch.Tensor):
@@ -328,6 +338,8 @@ def _check_torch(verifier, target, draft, tokens, uniforms):
 def _uniforms_below_one(uniforms, dtype):
     """Uniforms in ``dtype``, below 1 there too: a float64 uniform within 2⁻²⁵ of 1 rounds to
     1.0 in float32, where it would reject a draft whose acceptance ratio is 1."""
+    import torch
+
     return uniforms.to(dtype).clamp(max=1.0 - torch.finfo(dtype).eps / 2)
 
 
@@ -335,6 +347,8 @@ def _float64_law(probs: torch.Tensor) -> np.ndarray:
     """Float64 numpy copy of probability rows; renormalised when they were narrower: a
     float32 row of 151,936 tokens sums to 1 only within about 1e-6, and the renormalised
     copy is the law a sampler draws from that row.  # [batch, vocab] -> [batch, vocab] float64"""
+    import torch
+
     rows = probs.detach().to(device="cpu", dtype=torch.float64)
     if probs.dtype != torch.float64:
         rows = rows / rows.sum(dim=-1, keepdim=True)

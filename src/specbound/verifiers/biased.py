@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from specbound.checks import finite_number
 from specbound.probability import as_target_and_draft, sample_from, sample_from_torch, take, total_variation
@@ -170,6 +169,8 @@ class BiasedDecoding(Verifier):
         rejected = uniforms[:, 0] >= accept
         if not bool(rejected.any()):
             return draft_token
+        import torch
+
         resampled = sample_from_torch(self.resampling_law(target, draft), uniforms[:, -1], rejected)
         return torch.where(rejected, resampled, draft_token)
 

@@ -11,16 +11,17 @@ in exactly this way with T = {a}. Letters: p = target, q = draft (SPEC.md §0).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from specbound.drafts.greedy import restricted_draft
-from specbound.probability import sample_from, sample_from_torch, take, top_tokens, zeroed
+from specbound.probability import is_tensor, sample_from, sample_from_torch, take, top_tokens, zeroed
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
 
 def _leftover(target, in_top, rest_draft):
     """The unnormalised residual p·1[T] + (p − q′)+·1[∉T], numpy or torch."""
-    if isinstance(target, torch.Tensor):
+    if is_tensor(target):
+        import torch
+
         return torch.where(in_top, target, (target - rest_draft).clamp_min(0.0))
     return np.where(in_top, target, np.maximum(target - rest_draft, 0.0))
 
@@ -68,6 +69,8 @@ class Greedy(Verifier):
         return emitted
 
     def _verify_torch(self, target, draft, tokens, uniforms):
+        import torch
+
         top, last = self._ordered_torch(draft, tokens)
         in_top = torch.zeros_like(target, dtype=torch.bool).scatter(1, top, True)
         rest_draft = draft.masked_fill(in_top, 0.0)
@@ -118,6 +121,8 @@ class SpecHub(Greedy):
         return hub[:, None], other
 
     def _ordered_torch(self, draft, tokens):
+        import torch
+
         hub = top_tokens(draft, 1)
         if bool(torch.any((tokens[:, :1] != hub) & (tokens[:, 1:] != hub))):
             raise ValueError(NO_HUB)

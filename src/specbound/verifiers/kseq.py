@@ -19,11 +19,10 @@ too (``kseq_acceptance``).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from specbound.bounds.rows import RowPairs
 from specbound.compiled import compiled
-from specbound.probability import pairwise_sum, sample_from, sample_from_torch, take
+from specbound.probability import array_module, is_tensor, pairwise_sum, sample_from, sample_from_torch, take
 from specbound.verifiers.base import Verifier, acceptance_ratio, register_verifier, residual_law
 
 BISECTION_STEPS = 200
@@ -45,9 +44,9 @@ def kseq_scale(target, draft, num_drafts):
     residual is non-negative without clipping. A row stops once its bracket is within
     4·eps of its upper end, so its ρ* does not depend on the rows beside it. numpy or torch alike.
     # [batch, vocab] x2 -> [batch]"""
-    xp = torch if isinstance(target, torch.Tensor) else np
-    if xp is torch:
-        low = torch.ones(target.shape[0], dtype=target.dtype, device=target.device)
+    xp = array_module(target)
+    if xp is not np:
+        low = xp.ones(target.shape[0], dtype=target.dtype, device=target.device)
     else:
         low = np.ones(target.shape[0])
     high = low * float(num_drafts)
@@ -66,12 +65,12 @@ def kseq_scale(target, draft, num_drafts):
 def _bracket_holds(target, draft, scale, num_drafts):
     """p_acc(ρ) ≥ ρ·β(ρ) per row, β summed over the whole row: the bisection's step.
     # [batch, vocab] x2, [batch] -> [batch] bool"""
-    beta = (torch if isinstance(target, torch.Tensor) else np).minimum(target / scale[:, None], draft).sum(-1)
+    beta = array_module(target).minimum(target / scale[:, None], draft).sum(-1)
     return 1.0 - (1.0 - beta) ** num_drafts >= scale * beta
 
 
 def _eps(array) -> float:
-    return torch.finfo(array.dtype).eps if isinstance(array, torch.Tensor) else EPS
+    return array_module(array).finfo(array.dtype).eps if is_tensor(array) else EPS
 
 
 def kseq_scale_of(rows: RowPairs, num_drafts: int) -> np.ndarray:
@@ -271,14 +270,14 @@ def kseq_parts(target, draft, num_drafts, scale=None):
     unnormalised residual. With β = 0, p_acc/β is its limit n and leftover = p. ``scale``:
     ρ* when known (``kseq_scale_of``), else ``kseq_scale``.
     # [batch, vocab] x2, scale [batch] or None -> [batch, 1] x3, [batch, vocab]"""
-    xp = torch if isinstance(target, torch.Tensor) else np
+    xp = array_module(target)
     scale = (kseq_scale(target, draft, num_drafts) if scale is None else scale)[:, None]
     accepted_mass = xp.minimum(target / scale, draft)  # q·a
     beta = accepted_mass.sum(-1)[:, None]
     p_acc = 1.0 - (1.0 - beta) ** num_drafts
     factor = xp.where(beta > 0, p_acc / xp.where(beta > 0, beta, 1.0), float(num_drafts))
     leftover = target - factor * accepted_mass
-    leftover = leftover.clamp_min(0.0) if xp is torch else np.maximum(leftover, 0.0)
+    leftover = np.maximum(leftover, 0.0) if xp is np else leftover.clamp_min(0.0)
     return scale, beta, accepted_mass, leftover
 
 
@@ -307,6 +306,8 @@ class KSeq(Verifier):
         return emitted
 
     def _verify_torch(self, target, draft, tokens, uniforms):
+        import torch
+
         scale, _, _, leftover = kseq_parts(target, draft, tokens.shape[1])
         emitted = torch.full(tokens.shape[:1], -1, dtype=torch.long, device=tokens.device)
         pending = torch.ones(tokens.shape[:1], dtype=torch.bool, device=tokens.device)

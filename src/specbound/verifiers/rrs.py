@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from specbound.compiled import compiled
 from specbound.probability import (normalize_mass, normalize_mass_torch, pairwise_sum, sample_from, sample_from_torch,
@@ -103,6 +102,8 @@ def _rrs_torch(target, draft, tokens, uniforms, without_replacement):
     Like it, it stops once every row has taken a draft (the usual case after the first): the
     residuals and the final draw are then never needed, and the uniforms were drawn up front,
     so stopping changes no token. # target, draft [batch, vocab], tokens [batch, n], uniforms [batch, n + 1] -> [batch]"""
+    import torch
+
     emitted = torch.full(tokens.shape[:1], -1, dtype=torch.long, device=tokens.device)
     pending = torch.ones(tokens.shape[:1], dtype=torch.bool, device=tokens.device)
     current_target, current_draft = target, draft
