@@ -1,0 +1,85 @@
+"""The backends' one home (``engine.backends``): a registry of Backend objects that say what
+differs between torch and llama.cpp, one copy of the language models' input checks, a pair
+that is plain data, one factory for decoder and schedule, and a registry light enough for
+the command line."""
+
+import subprocess
+import sys
+import typing
+
+import pytest
+import torch
+
+from engine_fixtures import EOS, VOCAB
+from specbound.engine import Processing, Sampling, build_method
+from specbound.engine.assembly import assemble
+from specbound.engine.backends import BACKENDS, CHOICES, BaseLM, backend_of, get_backend
+from specbound.engine.backends.torch import CausalLM
+from specbound.engine.pair import ModelPair
+from specbound.engine.planner import Planner
+
+
+def test_every_backend_is_registered_under_its_own_name():
+    assert CHOICES == ("auto", *BACKENDS)
+    for name in BACKENDS:
+        assert get_backend(name).name == name
+    with pytest.raises(ValueError, match="^backend: expected one of llama.cpp, torch, got 'vllm'"):
+        get_backend("vllm")
+
+
+def test_a_loaded_model_names_its_backend(target_model):
+    assert backend_of(target_model) is get_backend("torch")
+    with pytest.raises(ValueError, match="^model: no backend holds a str"):
+        backend_of("default-target")
+
+
+def test_the_input_checks_live_once_in_the_base_class():
+    from specbound.engine.backends.llamacpp import LlamaCppLM
+
+    for lm_class in (CausalLM, LlamaCppLM):
+        assert issubclass(lm_class, BaseLM)
+        for check in ("checked_tokens", "check_entries", "check_paths", "check_nothing_pending"):
+            assert getattr(lm_class, check) is getattr(BaseLM, check)
+        assert not hasattr(lm_class, "_checked_tokens")
+
+
+def tiny_pair(target_model, draft_model, **fields) -> ModelPair:
+    return ModelPair(target_model, draft_model, VOCAB, (EOS,), encode=list, **fields)
+
+
+def test_a_pair_is_plain_data_whatever_its_backend(target_model, draft_model):
+    hints = typing.get_type_hints(ModelPair)
+    assert hints["target"] is object and hints["draft"] == (object | None)
+    for gone in ("decoder", "auto_decoder", "language_model", "prefill_twin", "cost_precision"):
+        assert not hasattr(ModelPair, gone)
+    pair = tiny_pair(target_model, draft_model, backend="torch")  # a name is taken for its backend
+    assert pair.backend is get_backend("torch") and pair.device == torch.device("cpu")
+    assert pair.max_positions == 64
+
+
+def test_one_factory_builds_the_decoder_and_its_schedule(target_model, draft_model, tmp_path):
+    pair = tiny_pair(target_model, draft_model)
+    processing = Processing.of(Sampling(0.5, top_k=3), VOCAB)
+    chain = build_method("chain", gamma=2)
+    decoder, schedule = assemble(pair, processing, chain)
+    assert schedule is chain and not schedule.adaptive and decoder.processing == processing
+    assert decoder.drafter.lm.model is draft_model and decoder.target.model is target_model
+    plain = assemble(pair, processing, build_method("autoregressive")).decoder
+    assert plain.drafter is None
+    lookup = assemble(pair, processing, chain, drafter="prompt-lookup").decoder
+    assert not lookup.drafter.language_models
+    decoder, planner = assemble(pair, processing, "auto", draft_precisions=("as-loaded",), cache_dir=tmp_path)
+    assert isinstance(planner, Planner) and planner.adaptive and set(decoder.drafter.drafters) == {"lookup", "model"}
+    generation = decoder.generate([1, 2, 3], planner, 6, torch.Generator().manual_seed(0))
+    assert 1 <= len(generation.tokens) <= 6 and planner.history
+    with pytest.raises(ValueError, match="^drafter: "):
+        assemble(pair, processing, chain, drafter="lookup")
+    with pytest.raises(TypeError, match="^method: "):
+        assemble(pair, processing, "chain")
+
+
+def test_the_registry_and_the_precision_names_load_without_torch():
+    code = ("import sys, specbound.engine.backends, specbound.engine.precisions, specbound.models.backends; "
+            "print('torch' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "False"
