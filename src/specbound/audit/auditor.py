@@ -18,9 +18,7 @@ at least as large) that the pooled test catches with probability ≥ 0.99 at thi
 count (``audit.pit.detectable_shift``), scaled up by the share of positions scored when
 sequences end before ``max_new_tokens``.
 
-Default tolerances, from ``benchmarks/results/llamacpp_invariance.json`` (one row scored alone
-and as the first of a k-row forward, T = 0.7, the embedded pair on llama.cpp): a mean per-row
-TV of 0.0064 (``TOLERANCE`` 0.01 above it) and a largest of 0.043 (``ROW_TOLERANCE`` 0.05).
+The default tolerances are ``audit.tolerances``'s, measured on llama.cpp's kernels.
 """
 
 from __future__ import annotations
@@ -36,12 +34,9 @@ import torch
 from specbound.audit.pit import (ContextGroup, ContextTest, PooledTest, context_test, detectable_shift, pit_values,
                                  pooled_test, top_categories)
 from specbound.audit.reference import as_reference
+from specbound.audit.tolerances import ROW_TOLERANCE, TOLERANCE
 from specbound.checks import positive_int
 from specbound.engine.processing import Processing
-
-TOLERANCE = 0.01  # mean per-position TV the pooled test's null allows (module docstring)
-ROW_TOLERANCE = 0.05  # one row's TV the shared-context test's null allows
-
 
 @dataclass(frozen=True)
 class PositionStat:
