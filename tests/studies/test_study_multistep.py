@@ -85,6 +85,8 @@ def test_expected_lengths_average_to_the_realised_counts_and_block_keeps_at_leas
         assert abs(paired_z(steps, lambda step: step["accepted"] - step["expected"][key])) < 4, label
     chain = [step for step in results.positions if step["config"] == "chain γ=3"]
     assert all(step["expected"]["traversal"] == pytest.approx(step["expected"]["block"], abs=1e-12) for step in chain)
+    assert all(step["expected"]["univer"] == pytest.approx(step["expected"]["traversal"], abs=1e-9)
+               for step in results.positions)  # block on chains, traversal on trees without replacement
     assert paired_z(chain, lambda step: step["expected"]["block"] - step["expected"]["tokenwise"]) > -4
     assert all(step["ladder"] is None for step in results.positions)
 

@@ -13,6 +13,9 @@ for every verifier that applies:
 - token-wise: ``single`` on chains, ``rrs_without_replacement`` on trees (SPEC.md §6);
 - ``block`` on chains (§7.1);
 - ``traversal`` everywhere (§7.2; on a chain it *is* block verification);
+- ``univer`` everywhere (§7.5; block verification on a chain, traversal on trees drawn without
+  replacement — the study's trees, so its column checks that identity on real rows; its gain is
+  on i.i.d. trees, the engine's ``tree:verifier=univer``);
 next to the realised accepted count of the verifier that decided (``decide``: the multi-step
 one, block or traversal, by default; or the token-wise one) and the tree's size; each unit
 also records the realised tokens per target call. The verifiers are compared **paired**: on
@@ -51,8 +54,8 @@ from specbound.engine.methods import Method, build_method
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
-from specbound.studies.records import StudyResults
-from specbound.studies.traces import Trace, checked_generation_settings, generation_summary
+from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, mapping_of, optional
+from specbound.studies.traces import GENERATION_FIELDS, Trace, checked_generation_settings, generation_summary
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
@@ -89,8 +92,9 @@ class MultistepConfig:
     @property
     def verifiers(self) -> dict[str, str]:
         """Record key -> verifier name: every verifier that applies to these drafts."""
-        compared = {"tokenwise": self.tokenwise, "block": "block", "traversal": "traversal"}
-        return compared if self.kind == "chain" else {"tokenwise": self.tokenwise, "traversal": "traversal"}
+        compared = {"tokenwise": self.tokenwise, "block": "block", "traversal": "traversal", "univer": "univer"}
+        return compared if self.kind == "chain" else {"tokenwise": self.tokenwise, "traversal": "traversal",
+                                                      "univer": "univer"}
 
     @property
     def scheme(self) -> str:
@@ -230,6 +234,15 @@ class MultistepStudy(Study):
     name = "multistep"
     help = "token-wise vs block vs traversal verification on the same drafted steps, and the multi-step optimum"
     order = 3
+    record_fields = RecordFields(
+        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "step": INTEGER, "depth": INTEGER,
+                  "tree_size": INTEGER, "accepted": INTEGER, "expected": mapping_of(NUMBER),
+                  "ladder": optional(mapping_of(NUMBER))},
+        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "family": TEXT, "size": INTEGER,
+             "depth": INTEGER, "decide": TEXT, "verifiers": mapping_of(TEXT), "decided_by": TEXT, "optimum": TEXT,
+             **GENERATION_FIELDS},
+        key=("step",),
+    )
 
     def __init__(
         self,

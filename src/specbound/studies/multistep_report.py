@@ -38,6 +38,8 @@ STEP_VALUES = {
     "traversal": lambda step: step["expected"]["traversal"],
     "block_gain": lambda step: _difference(step, "block"),
     "traversal_gain": lambda step: _difference(step, "traversal"),
+    "univer": lambda step: step["expected"].get("univer"),
+    "univer_gain": lambda step: _difference(step, "univer"),
     "realised": lambda step: step["accepted"],
     "tree_size": lambda step: step["tree_size"],
     "ladder_tokenwise": _ladder("tokenwise"),
@@ -85,12 +87,14 @@ def multistep_summary(results: StudyResults) -> list[dict]:
 
 
 def multistep_table(results: StudyResults) -> tuple[list[str], list[list]]:
-    headers = ["T", "config", "prompts", "steps", "drafted nodes", "token-wise", "block", "traversal",
-               "block − token-wise", "traversal − token-wise", "realised (decided by)", "tokens/call realised"]
+    headers = ["T", "config", "prompts", "steps", "drafted nodes", "token-wise", "block", "traversal", "UniVer",
+               "block − token-wise", "traversal − token-wise", "UniVer − token-wise", "realised (decided by)",
+               "tokens/call realised"]
     rows = [
         [f"{row['temperature']:g}", row["config"], str(row["prompts"]), str(row["steps"]),
          estimate(row["tree_size"], 2), estimate(row["tokenwise"]), estimate(row["block"]),
-         estimate(row["traversal"]), estimate(row["block_gain"]), estimate(row["traversal_gain"]),
+         estimate(row["traversal"]), estimate(row["univer"]), estimate(row["block_gain"]),
+         estimate(row["traversal_gain"]), estimate(row["univer_gain"]),
          f"{estimate(row['realised'])} ({row['decided_by']})", estimate(row["tokens_per_call"], 3)]
         for row in multistep_summary(results)
     ]
@@ -158,7 +162,9 @@ def multistep_report(results: StudyResults, figure_dir: Path) -> list:
             "one draw per node; a tree: without replacement), and on that very drafted tree the exact expected "
             "number of accepted drafts E[τ | tree] of each verifier is computed from the target and draft rows of "
             "its nodes (SPEC.md §7.3): token-wise (speculative sampling on chains, RRS without replacement on trees), "
-            "block verification (chains) and traversal verification (on a chain it is block verification). Means "
+            "block verification (chains), traversal verification (on a chain it is block verification) and "
+            "UniVer (SPEC.md §7.5: block verification on a chain, traversal on these trees drawn without "
+            "replacement, so its column checks that identity; it gains on i.i.d. trees). Means "
             "per drafted step ± one standard error over prompts; the differences are paired (same steps). "
             "'Realised' is the accepted count of the verifier the engine followed, which E[τ | tree] of that "
             "verifier estimates without the sampling noise; tokens per target call are the engine's."
