@@ -38,7 +38,7 @@ def test_records_of_another_study_type_are_refused_naming_the_folder(acceptance_
     assert main(["report", str(tmp_path / "results")]) == 2
     message = capsys.readouterr().err.strip()
     assert "Traceback" not in message and message.count("\n") == 0
-    assert str(copy) in message and "records of the bias study" in message
+    assert f"{copy / 'records.jsonl'} line 1: no 'config'" in message and "record of the bias study" in message
 
 
 def test_records_without_a_kind_are_refused_saying_so(acceptance_results, tmp_path, capsys):
@@ -48,4 +48,91 @@ def test_records_without_a_kind_are_refused_saying_so(acceptance_results, tmp_pa
                                                 for r in records))
     assert main(["report", str(tmp_path / "results")]) == 2
     message = capsys.readouterr().err.strip()
-    assert str(copy) in message and 'no run record (a line with "kind": "run")' in message
+    assert f"{copy / 'records.jsonl'} line 1" in message and '"kind" is null, not "position" or "run"' in message
+
+
+def rewritten(copy, edit, name="records.jsonl"):
+    """Rewrite ``copy``/``name`` with ``edit`` applied to its parsed lines."""
+    path = copy / name
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(line) + "\n" for line in edit(lines)))
+    return path
+
+
+def refusal(tmp_path, capsys) -> str:
+    assert main(["report", str(tmp_path / "results")]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "Traceback" not in message and "internal error" not in message and message.count("\n") == 0
+    return message
+
+
+def test_a_copied_position_line_is_refused_with_its_line_not_counted(acceptance_results, tmp_path, capsys):
+    """A position line written twice (4 positions for a 3-token unit) was counted, moving the means."""
+    copy = copy_of(acceptance_results, tmp_path)
+    path = rewritten(copy, lambda lines: lines[:2] + lines[1:])
+    message = refusal(tmp_path, capsys)
+    assert f"{path} line 3" in message and "second position record" in message and "line 2" in message
+
+
+def field_set(index, field, value):
+    def edit(lines):
+        lines[index][field] = value
+        return lines
+    return edit
+
+
+def first_run(lines):
+    return next(index for index, line in enumerate(lines) if line.get("kind") == "run")
+
+
+@pytest.mark.parametrize("field, value, kind", [
+    ("position", "0", "not an integer"), ("acceptance", [0.5], "not an object of numbers"),
+    ("acceptance", {"single": "x"}, "not an object of numbers"), ("unit", 5, "not a string"),
+    ("kind", "positions", '"kind" is "positions"'), ("tail_mass", 3, "not a list of numbers"),
+])
+def test_a_position_field_of_the_wrong_type_is_refused_with_its_line(acceptance_results, tmp_path, capsys, field,
+                                                                     value, kind):
+    """Such lines were read as they came: some reports ran on, others ended in an internal error."""
+    copy = copy_of(acceptance_results, tmp_path)
+    path = rewritten(copy, field_set(1, field, value))
+    message = refusal(tmp_path, capsys)
+    assert f"{path} line 2" in message and kind in message
+
+
+@pytest.mark.parametrize("field, value", [("tokens", "abc"), ("engine", 3), ("temperature", "hot")])
+def test_a_run_field_of_the_wrong_type_is_refused_with_its_line(acceptance_results, tmp_path, capsys, field, value):
+    copy = copy_of(acceptance_results, tmp_path)
+    lines = [json.loads(line) for line in (copy / "records.jsonl").read_text().splitlines()]
+    path = rewritten(copy, field_set(first_run(lines), field, value))
+    assert f"{path} line {first_run(lines) + 1}" in refusal(tmp_path, capsys)
+
+
+def test_a_run_record_written_twice_is_refused(acceptance_results, tmp_path, capsys):
+    copy = copy_of(acceptance_results, tmp_path)
+    lines = [json.loads(line) for line in (copy / "records.jsonl").read_text().splitlines()]
+    run = first_run(lines)
+    path = rewritten(copy, lambda lines: lines[:run + 1] + [lines[run]] + lines[run + 1:])
+    message = refusal(tmp_path, capsys)
+    assert f"{path} line {run + 2}" in message and f"after its run record (line {run + 1})" in message
+
+
+def test_a_timing_without_its_seconds_is_refused_with_its_line(acceptance_results, tmp_path, capsys):
+    copy = copy_of(acceptance_results, tmp_path)
+    path = rewritten(copy, field_set(0, "seconds", [1.0]), name="timings.jsonl")
+    message = refusal(tmp_path, capsys)
+    assert f"{path} line 1" in message and "not an object of numbers" in message
+
+
+@pytest.mark.parametrize("blocking", ["report", "report/figures", "report/report.md"])
+def test_a_file_or_folder_where_the_report_writes_is_refused_naming_it(acceptance_results, tmp_path, capsys,
+                                                                       blocking):
+    """``report DIR`` where DIR/report is a file ended in an internal error."""
+    copy_of(acceptance_results, tmp_path)
+    path = tmp_path / "results" / blocking
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if blocking.endswith(".md"):
+        path.mkdir()
+    else:
+        path.write_text("not a folder")
+    message = refusal(tmp_path, capsys)
+    assert str(path) in message and "move it away" in message

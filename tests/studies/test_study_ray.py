@@ -22,7 +22,7 @@ from specbound.studies.acceptance import AcceptanceStudy
 from specbound.studies.distributed import INSTALL_HINT, RayWorkers, run_study_on_ray
 from specbound.studies.records import RECORDS_FILE, TIMINGS_FILE, read_results
 from specbound.studies.report import write_report
-from specbound.studies.runner import run_study
+from specbound.studies.runner import run_pending, run_study
 from study_fixtures import tiny_pair, tiny_prompts
 
 try:
@@ -157,9 +157,9 @@ def test_ray_flag_joins_the_named_cluster_or_starts_a_local_one(monkeypatch, tmp
         def batch_size(self):
             return 4
 
-        def run_study(self, study, prompts, directory, dataset, seed, batch_size, progress):
+        def run_pending(self, study, writer, batch_size):
             calls["batch_size"] = batch_size
-            return run_study(study, tiny_pair(), prompts, directory, dataset, seed, progress, batch_size)
+            return run_pending(study, tiny_pair(), writer, batch_size)
 
     monkeypatch.setattr("specbound.studies.distributed.RayWorkers", FakeWorkers)
     status = main(["study", "acceptance", *flag, "--dataset", str(write_prompts(tmp_path)), "--max-new-tokens", "3",

@@ -22,8 +22,8 @@ from specbound.cli.decoding import MAX_NEW_TOKENS
 from specbound.cli.inputs import check_study_settings, prompt_set
 from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
-from specbound.models import DTYPES
 from specbound.engine.backends import CHOICES as BACKENDS
+from specbound.models import DTYPES
 from specbound.models.backends import resolve_backend
 
 DEFAULT_OUT = Path("specbound-results")
@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from specbound.engine.methods import check_drafted
     from specbound.models.pair import load_pair
     from specbound.studies import STUDIES
-    from specbound.studies.distributed import RayWorkers
-    from specbound.studies.runner import machine_batch_size, run_study
+    from specbound.studies.distributed import RayWorkers, check_reachable, import_ray
+    from specbound.studies.records import read_results
+    from specbound.studies.runner import StudyWriter, machine_batch_size, run_pending
 
     preset_datasets = apply_preset(args)
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
@@ -53,36 +54,51 @@ def run(args: argparse.Namespace) -> int:
     writable_folder(args.out, "--out")
     for prompts in prompt_sets:
         check_study_settings(Path(args.out) / study.name / prompts[0].dataset, "out")
+    if args.ray is not None:
+        import_ray()
+        check_reachable(args.ray, "--ray")
     backend = resolve_backend(args.backend, [args.target, args.draft])
     pair_spec = functools.partial(load_pair, args.target, args.draft, getattr(torch, args.dtype),
                                   progress=not args.quiet and args.ray is None,
                                   float32_twins=False if args.no_twins or not backend.float32_twins else None,
                                   backend=backend.name)
     with contextlib.ExitStack() as stack:
-        if args.ray is None:
-            pair = pair_spec()
-            run_one = functools.partial(run_study, study, pair)
-            measure, where = functools.partial(machine_batch_size, pair), "this machine"
-        else:  # each Ray worker loads the pair, once for every dataset
-            workers = stack.enter_context(RayWorkers(pair_spec, address=args.ray))
-            run_one = functools.partial(workers.run_study, study)
-            measure, where = workers.batch_size, "a worker"
-        batch_size = args.batch_size or measure()
-        print(f"batch size {batch_size} ({'--batch-size' if args.batch_size else f'measured on {where}'})",
-              file=sys.stderr)
-        for prompts in prompt_sets:
-            dataset = prompts[0].dataset
-            directory = Path(args.out) / study.name / dataset
-            results = run_one(prompts, directory, dataset, seed=args.seed, batch_size=batch_size,
-                              progress=not args.quiet)
-            print(f"{study.name} study, dataset {dataset}: {len(results.runs)} runs, "
-                  f"{results.total_seconds / 60:.1f} min; results in {directory}")
+        writers = [stack.enter_context(StudyWriter(study, prompts, Path(args.out) / study.name / prompts[0].dataset,
+                                                   prompts[0].dataset, args.seed, not args.quiet))
+                   for prompts in prompt_sets]  # every folder locked and its records checked before a model loads
+        if all(writer.finished(asked_models(args, backend)) for writer in writers):
+            print("nothing left to do: every unit is written already", file=sys.stderr)
+            outcomes = (read_results(writer.directory) for writer in writers)
+        else:
+            if args.ray is None:
+                pair = pair_spec()
+                run_one = functools.partial(run_pending, study, pair)
+                measure, where = functools.partial(machine_batch_size, pair), "this machine"
+            else:  # each Ray worker loads the pair, once for every dataset
+                workers = stack.enter_context(RayWorkers(pair_spec, address=args.ray))
+                run_one = functools.partial(workers.run_pending, study)
+                measure, where = workers.batch_size, "a worker"
+            batch_size = args.batch_size or measure()
+            print(f"batch size {batch_size} ({'--batch-size' if args.batch_size else f'measured on {where}'})",
+                  file=sys.stderr)
+            outcomes = (run_one(writer, batch_size=batch_size) for writer in writers)  # each printed as it ends
+        for writer, results in zip(writers, outcomes):
+            print(f"{study.name} study, dataset {results.settings['dataset']}: {len(results.runs)} runs, "
+                  f"{results.total_seconds / 60:.1f} min; results in {writer.directory}")
             for title, (headers, rows) in study.summary_tables(results):
                 print(f"\n{title}")
                 print(format_table(headers, rows))
             print()
     print(f"report: specbound report {args.out}", file=sys.stderr)
     return 0
+
+
+def asked_models(args: argparse.Namespace, backend) -> dict:
+    """What the options say of the pair's description (``ModelPair.description``) before it
+    loads: its sources and what ``backend`` records of its settings
+    (``Backend.settings_description``: the dtype and float32 twins on torch)."""
+    return {"target": args.target, "draft": args.draft,
+            **backend.settings_description(args.dtype, not args.no_twins and args.dtype == "bfloat16")}
 
 
 class Unset:

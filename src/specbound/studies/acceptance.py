@@ -71,8 +71,9 @@ from specbound.studies.acceptance_methods import (acceptance_methods, attained_o
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
-from specbound.studies.records import StudyResults
-from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
+from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of
+from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
+                                      trace_probs)
 
 __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact_acceptances", "gap_summary",
            "method_acceptance"]
@@ -101,6 +102,13 @@ class AcceptanceStudy(Study):
     help = "exact per-position acceptance of every method and α* [HU]"
     order = 0
     presets = {"hu2025": HU2025}
+    record_fields = RecordFields(
+        position={"prompt_id": TEXT, "temperature": NUMBER, "num_drafts": INTEGER, "position": INTEGER,
+                  "token": INTEGER, "acceptance": mapping_of(NUMBER), "tail_mass": list_of(NUMBER),
+                  "tail_bound": NUMBER},
+        run={"prompt_id": TEXT, "temperature": NUMBER, "unavailable": MAPPING, **GENERATION_FIELDS},
+        key=("num_drafts", "position"),
+    )
 
     def __init__(
         self,

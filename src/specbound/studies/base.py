@@ -22,6 +22,7 @@ import torch
 
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
+from specbound.studies.records import RecordFields
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Study:
     help: ClassVar[str]
     order: ClassVar[int]  # position in the report
     presets: ClassVar[dict] = {}  # name -> StudyPreset: ``--preset NAME`` (cli.study)
+    record_fields: ClassVar[RecordFields] = RecordFields()  # what its records hold, checked as they are read
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:

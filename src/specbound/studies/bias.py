@@ -35,8 +35,9 @@ from specbound.probability import total_variation
 from specbound.statistics import grouped_per_token_means, mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.records import StudyResults
-from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
+from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of
+from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
+                                      trace_probs)
 from specbound.verifiers import VERIFIERS, get_verifier
 
 BIASED_METHODS = tuple(name for name, verifier in VERIFIERS.items() if not verifier.lossless)
@@ -63,6 +64,13 @@ class BiasStudy(Study):
     name = "bias"
     help = "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]"
     order = 2
+    record_fields = RecordFields(
+        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
+                  "total_variation": NUMBER, "points": list_of(MAPPING)},
+        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "method": TEXT, "epsilon": NUMBER,
+             **GENERATION_FIELDS},
+        key=("position",),
+    )
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ the study itself is no worker failure: it stops the run, as it would a local one
 
 from __future__ import annotations
 
+import socket
 from collections import deque
 
 import torch
@@ -33,6 +34,23 @@ from specbound.studies.records import StudyResults, read_results
 from specbound.studies.runner import StudyWriter, batches, machine_batch_size, run_batch
 
 INSTALL_HINT = "ray is not installed: pip install 'specbound[distributed]'"
+NAMED_ADDRESSES = ("local", "auto")  # ray.init's names: a new local instance, the cluster found here
+CONNECT_SECONDS = 5.0  # a cluster's head answers a TCP connection at once; ray.init retries for minutes
+
+
+def check_reachable(address: str | None, option: str = "address") -> None:
+    """Refuse (ValueError naming ``option``) a HOST:PORT or ray://HOST:PORT ``address`` where
+    nothing accepts a TCP connection within ``CONNECT_SECONDS``: ``ray.init`` would retry
+    there for minutes, saying nothing. None and the named addresses are left to ``ray.init``."""
+    if address is None or address in NAMED_ADDRESSES:
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+    except (OSError, ValueError) as error:
+        reason = "no answer" if isinstance(error, TimeoutError) else getattr(error, "strerror", None) or error
+        raise ValueError(f"{option.lstrip('-')}: no Ray cluster at {address} ({reason} within {CONNECT_SECONDS:g} s); "
+                         f"give {option} the address of a running cluster (ray start --head prints it)") from None
 
 
 def import_ray():
@@ -77,6 +95,7 @@ class RayWorkers:
         self.ray = import_ray()
         self.started_ray = not self.ray.is_initialized()
         if self.started_ray:
+            check_reachable(address)
             self.ray.init(address=address)
         self.actor_class = self.ray.remote(StudyWorker)
         self.pair_spec, self.max_retries, self.workers = pair_spec, max_retries, []
@@ -132,31 +151,37 @@ class RayWorkers:
                   batch_size: int = 1, progress: bool = True) -> StudyResults:
         """``runner.run_study`` with the batches decoded by the workers (module docstring)."""
         positive_int("batch_size", batch_size)
-        with StudyWriter(study, self.models, prompts, directory, dataset, seed, progress) as writer:
-            queue = deque(enumerate(batches(study, writer.pending, batch_size)))
-            idle, in_flight, finished, written, deaths = list(self.workers), {}, {}, 0, 0
-            while queue or in_flight:
-                while queue and idle:
-                    worker, (index, batch) = idle.pop(), queue.popleft()
-                    in_flight[worker.run.remote(study, batch, seed)] = (worker, index, batch)
-                [reference], _ = self.ray.wait(list(in_flight), num_returns=1)
-                worker, index, batch = in_flight.pop(reference)
-                try:
-                    finished[index] = (batch, *self.ray.get(reference))
-                except self.ray.exceptions.RayActorError as error:
-                    deaths += 1
-                    if deaths > self.max_retries:
-                        raise RuntimeError(f"ray: {deaths} workers died in this run; stopping "
-                                           f"(what was written stays, a rerun resumes): {error}") from error
-                    queue.appendleft((index, batch))
-                    self.workers.remove(worker)
-                    worker = self._start_worker()
-                    self.workers.append(worker)
-                idle.append(worker)
-                while written in finished:
-                    writer.append(*finished.pop(written))
-                    written += 1
-            return read_results(directory)
+        with StudyWriter(study, prompts, directory, dataset, seed, progress) as writer:
+            return self.run_pending(study, writer, batch_size)
+
+    def run_pending(self, study: Study, writer: StudyWriter, batch_size: int = 1) -> StudyResults:
+        """``runner.run_pending`` with the batches decoded by the workers."""
+        positive_int("batch_size", batch_size)
+        writer.store_models(self.models)
+        queue = deque(enumerate(batches(study, writer.pending, batch_size)))
+        idle, in_flight, finished, written, deaths = list(self.workers), {}, {}, 0, 0
+        while queue or in_flight:
+            while queue and idle:
+                worker, (index, batch) = idle.pop(), queue.popleft()
+                in_flight[worker.run.remote(study, batch, writer.seed)] = (worker, index, batch)
+            [reference], _ = self.ray.wait(list(in_flight), num_returns=1)
+            worker, index, batch = in_flight.pop(reference)
+            try:
+                finished[index] = (batch, *self.ray.get(reference))
+            except self.ray.exceptions.RayActorError as error:
+                deaths += 1
+                if deaths > self.max_retries:
+                    raise RuntimeError(f"ray: {deaths} workers died in this run; stopping "
+                                       f"(what was written stays, a rerun resumes): {error}") from error
+                queue.appendleft((index, batch))
+                self.workers.remove(worker)
+                worker = self._start_worker()
+                self.workers.append(worker)
+            idle.append(worker)
+            while written in finished:
+                writer.append(*finished.pop(written))
+                written += 1
+        return read_results(writer.directory)
 
 
 def run_study_on_ray(study: Study, pair_spec, prompts: list[Prompt], directory, dataset: str, seed: int = 0,

@@ -25,6 +25,13 @@ refused, never cut (cutting there would drop every finished unit after it). Read
 (``read_results``) take no lock and change nothing: they skip a torn last line and the units
 without their run record.
 
+Checked as read: every complete line, by readers and by the repair alike, must be a record
+of its file — in ``records.jsonl`` a ``unit`` string, a ``kind`` "position" or "run" and
+the fields its study declares with their kinds (``RecordFields``, ``Study.record_fields``);
+in ``timings.jsonl`` a ``unit`` and its ``seconds`` — and no unit may hold a record after
+its run record, nor two position records with the same key (a copied line). A crash cannot
+write such a line, so it is refused with its file and line number, never counted.
+
 Resume: the repaired directory says which units are done. Each unit draws its randomness
 from its own seed (``unit_seed``), so an interrupted-and-resumed run writes the same
 records, byte for byte, as an uninterrupted one.
@@ -35,7 +42,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -58,6 +66,55 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class Kind:
+    """What a record field holds, as JSON gives it back: ``accepts`` a value or not."""
+
+    phrase: str  # "an integer"
+    plural: str  # "integers"
+    accepts: Callable[[object], bool]
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+INTEGER = Kind("an integer", "integers", lambda value: _is_number(value) and isinstance(value, int))
+NUMBER = Kind("a number", "numbers", _is_number)
+TEXT = Kind("a string", "strings", lambda value: isinstance(value, str))
+MAPPING = Kind("an object", "objects", lambda value: isinstance(value, dict))
+
+
+def optional(kind: Kind) -> Kind:
+    return Kind(f"{kind.phrase} or null", f"{kind.plural} or nulls", lambda value: value is None or kind.accepts(value))
+
+
+def list_of(kind: Kind) -> Kind:
+    return Kind(f"a list of {kind.plural}", f"lists of {kind.plural}",
+                lambda value: isinstance(value, list) and all(map(kind.accepts, value)))
+
+
+def mapping_of(kind: Kind) -> Kind:
+    return Kind(f"an object of {kind.plural}", f"objects of {kind.plural}",
+                lambda value: isinstance(value, dict) and all(map(kind.accepts, value.values())))
+
+
+@dataclass(frozen=True)
+class RecordFields:
+    """The fields of a study's records and their kinds (field -> ``Kind``), position records
+    and run records apart, and the fields that tell a unit's position records apart
+    (``key``: two records of one unit with equal keys are one record written twice)."""
+
+    position: dict[str, Kind] = field(default_factory=dict)
+    run: dict[str, Kind] = field(default_factory=dict)
+    key: tuple[str, ...] = ()
+
+
+ENVELOPE = {"unit": TEXT}  # what records.py itself writes into every line, besides the kind
+TIMING_FIELDS = {"unit": TEXT, "seconds": mapping_of(NUMBER)}
+KINDS = ("position", "run")
+
+
 def _normalised(settings: dict) -> dict:
     """Settings as JSON reads them back (tuples become lists), limit removed."""
     plain = json.loads(json.dumps(settings))
@@ -66,17 +123,27 @@ def _normalised(settings: dict) -> dict:
 
 class ResultsStore:
     """The one writer of a study's results directory (see the module docstring): it holds
-    the folder's lock from opening to ``close`` (or the end of its ``with`` block)."""
+    the folder's lock from opening to ``close`` (or the end of its ``with`` block).
 
-    def __init__(self, directory, settings: dict):
+    With ``later``, the names of settings not known yet (the models, described once they
+    have loaded), it takes the lock, checks the other settings against the stored ones and
+    repairs the records — everything that can refuse a run before a model loads — and
+    ``store_settings`` completes them; units are appended once the settings are stored."""
+
+    def __init__(self, directory, settings: dict, later: tuple[str, ...] = ()):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.records_path = self.directory / RECORDS_FILE
         self.timings_path = self.directory / TIMINGS_FILE
+        self.settings_path = self.directory / SETTINGS_FILE
+        self.settings_stored = False
         self._lock = _lock(self.directory)
         try:
-            _store_settings(self.directory / SETTINGS_FILE, settings)
-            self.done = _repair_records(self.records_path)
+            if later:
+                _check_settings(self.settings_path, settings, later)
+            else:
+                self.store_settings(settings)
+            self.done = _repair_records(self.records_path, settings)
             _repair_timings(self.timings_path, self.done)
         except BaseException:
             self.close()
@@ -92,10 +159,17 @@ class ResultsStore:
         """Release the folder: another run may write it from now on."""
         self._lock.release()
 
+    def store_settings(self, settings: dict) -> None:
+        """Check the complete ``settings`` against the stored ones; store them when new or extended."""
+        _store_settings(self.settings_path, settings)
+        self.settings_stored = True
+
     def append_unit(self, unit: str, positions: list[dict], run: dict, seconds: dict) -> None:
         """Append one unit's position records and its closing run record, then its timing."""
         if not self._lock.is_locked:
             raise ValueError(f"results: the store of {self.directory} is closed; open it again to write")
+        if not self.settings_stored:
+            raise ValueError(f"results: the settings of {self.directory} are not stored yet (store_settings)")
         if unit in self.done:
             raise ValueError(f"unit: {unit!r} is already in {self.records_path}")
         lines = [_dumps({"unit": unit, "kind": "position", **record}) for record in positions]
@@ -131,19 +205,27 @@ def read_settings(path: Path, field: str = "results") -> dict:
     return settings
 
 
+def _check_settings(path: Path, settings: dict, later: tuple[str, ...] = ()) -> None:
+    """Refuse a folder whose stored settings differ from ``settings`` (the extendable ones
+    aside, and those named in ``later``)."""
+    if not path.is_file():
+        return
+    stored, wanted = _normalised(read_settings(path)), _normalised(settings)
+    compared = (stored.keys() | wanted.keys()) - set(later)
+    differing = sorted(key for key in compared if stored.get(key) != wanted.get(key))
+    if differing:
+        raise ValueError(
+            f"out: {path.parent} holds results of different settings "
+            f"({', '.join(differing)} differ); choose another --out or delete it"
+        )
+
+
 def _store_settings(path: Path, settings: dict) -> None:
     """Check ``settings`` against those stored at ``path``; write them when new or extended."""
     text = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
-    if path.is_file():
-        stored, wanted = _normalised(read_settings(path)), _normalised(settings)
-        differing = sorted(key for key in stored.keys() | wanted.keys() if stored.get(key) != wanted.get(key))
-        if differing:
-            raise ValueError(
-                f"out: {path.parent} holds results of different settings "
-                f"({', '.join(differing)} differ); choose another --out or delete it"
-            )
-        if path.read_text(encoding="utf-8") == text:
-            return
+    _check_settings(path, settings)
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return
     _replace(path, text.encode())
 
 
@@ -183,10 +265,10 @@ def _parsed(line: bytes) -> dict | None:
     return record if isinstance(record, dict) and "unit" in record else None
 
 
-def _complete_lines(path: Path) -> list[tuple[dict, bytes]]:
-    """The complete lines of a JSONL file, in order, each parsed and with its bytes (newline
-    included); a torn last line is left out. Raises ValueError when a line that is no record
-    has lines after it: that is damage, not a write cut short."""
+def _complete_lines(path: Path) -> list[tuple[int, dict, bytes]]:
+    """The complete lines of a JSONL file, in order, each with its number, parsed and with its
+    bytes (newline included); a torn last line is left out. Raises ValueError when a line
+    that is no record has lines after it: that is damage, not a write cut short."""
     if not path.is_file():
         return []
     *lines, tail = path.read_bytes().split(b"\n")  # tail: what follows the last newline
@@ -200,16 +282,79 @@ def _complete_lines(path: Path) -> list[tuple[dict, bytes]]:
                     "a crash only cuts the last line short, so nothing is cut: repair or remove that line by hand"
                 )
             break
-        complete.append((record, line + b"\n"))
+        complete.append((number, record, line + b"\n"))
     return complete
 
 
-def _repair_records(path: Path) -> set[str]:
+def declared_fields(settings: dict) -> tuple[str, RecordFields]:
+    """The study ``settings`` name and its record fields (``Study.record_fields``); none for
+    a study this version does not know (its records are checked for their envelope only)."""
+    from specbound.studies.base import STUDIES
+
+    name = settings.get("study")
+    study = STUDIES.get(name) if isinstance(name, str) else None
+    return (str(name), RecordFields()) if study is None else (name, study.record_fields)
+
+
+def _check_fields(record: dict, kinds: dict[str, Kind], where: str, holder: str = "the record") -> None:
+    for name, kind in kinds.items():
+        if name not in record:
+            raise ValueError(f"{where}: no {name!r} ({kind.phrase}), which {holder} holds; {_NOT_WRITTEN_HERE}")
+        if not kind.accepts(record[name]):
+            shown = json.dumps(record[name], ensure_ascii=False)
+            shown = shown if len(shown) <= 40 else shown[:40] + "…"
+            raise ValueError(f"{where}: {name!r} is {shown}, not {kind.phrase}; {_NOT_WRITTEN_HERE}")
+
+
+_NOT_WRITTEN_HERE = "neither a study nor a crash writes such a line: repair or remove it by hand"
+
+
+def _checked_records(path: Path, settings: dict) -> list[tuple[dict, bytes]]:
+    """``records.jsonl``'s complete lines, each checked (module docstring): a ``kind`` of
+    "position" or "run", the envelope and the fields of that kind the study of ``settings``
+    declares; no record of a unit after its run record, no two position records of one unit
+    with equal keys. ValueError naming the file and line otherwise."""
+    study, fields = declared_fields(settings)
+    checked, closed, keys = [], {}, {}
+    for number, record, line in _complete_lines(path):
+        where = f"results: {path} line {number}"
+        kind = record.get("kind")
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise ValueError(f"{where}: the record's \"kind\" is {json.dumps(kind)}, not \"position\" or \"run\"; "
+                             f"{_NOT_WRITTEN_HERE}")
+        _check_fields(record, ENVELOPE | getattr(fields, kind), where, f"every {kind} record of the {study} study")
+        unit = record["unit"]
+        if unit in closed:
+            raise ValueError(f"{where}: a {kind} record of unit {unit!r} after its run record (line {closed[unit]}): "
+                             f"written twice; {_NOT_WRITTEN_HERE}")
+        if kind == "run":
+            closed[unit] = number
+        elif fields.key:
+            key = (unit, *(record[name] for name in fields.key))
+            if key in keys:
+                shown = ", ".join(f"{name} {record[name]!r}" for name in fields.key)
+                raise ValueError(f"{where}: unit {unit!r} holds a second position record at {shown} (the first: "
+                                 f"line {keys[key]}); {_NOT_WRITTEN_HERE}")
+            keys[key] = number
+        checked.append((record, line))
+    return checked
+
+
+def _checked_timings(path: Path) -> list[tuple[dict, bytes]]:
+    """``timings.jsonl``'s complete lines, each checked to hold a unit and its seconds."""
+    checked = []
+    for number, record, line in _complete_lines(path):
+        _check_fields(record, TIMING_FIELDS, f"results: {path} line {number}", "every timing")
+        checked.append((record, line))
+    return checked
+
+
+def _repair_records(path: Path, settings: dict) -> set[str]:
     """Cut ``path`` after its last complete run record; return the done units."""
     done, size, keep = set(), 0, 0
-    for record, line in _complete_lines(path):
+    for record, line in _checked_records(path, settings):
         size += len(line)
-        if record.get("kind") == "run":
+        if record["kind"] == "run":
             done.add(record["unit"])
             keep = size
     if path.is_file() and path.stat().st_size > keep:
@@ -221,7 +366,7 @@ def _repair_timings(path: Path, done: set[str]) -> None:
     """Keep the first complete timing of each done unit; drop a torn last line and the
     timings of units not in the records."""
     kept, timed = [], set()
-    for record, line in _complete_lines(path):
+    for record, line in _checked_timings(path):
         if record["unit"] in done and record["unit"] not in timed:
             kept.append(line)
             timed.add(record["unit"])
@@ -247,15 +392,16 @@ class StudyResults:
 def read_results(directory) -> StudyResults:
     """Read a results directory, taking no lock and changing nothing: a torn last line and
     the units without their run record are left out, and so are the timings of units not
-    in the records. Raises ValueError when ``directory`` has no ``settings.json``."""
+    in the records. Raises ValueError when ``directory`` has no ``settings.json``, and when
+    a line is no record of its file (module docstring), naming the file and line."""
     directory = Path(directory)
     settings_path = directory / SETTINGS_FILE
     if not settings_path.is_file():
         raise ValueError(f"results: {directory} has no {SETTINGS_FILE}; not a study's results")
     settings = read_settings(settings_path)
     positions, runs, pending = [], [], []
-    for record, _ in _complete_lines(directory / RECORDS_FILE):
-        if record.get("kind") == "run":
+    for record, _ in _checked_records(directory / RECORDS_FILE, settings):
+        if record["kind"] == "run":
             positions += [item for item in pending if item["unit"] == record["unit"]]
             runs.append(record)
             pending = []
@@ -263,7 +409,7 @@ def read_results(directory) -> StudyResults:
             pending.append(record)
     done = {run["unit"] for run in runs}
     timings = {}
-    for entry, _ in _complete_lines(directory / TIMINGS_FILE):
+    for entry, _ in _checked_timings(directory / TIMINGS_FILE):
         if entry["unit"] in done:
             timings.setdefault(entry["unit"], entry["seconds"])
     return StudyResults(directory, settings, positions, runs, timings)

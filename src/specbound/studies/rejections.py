@@ -36,9 +36,10 @@ from specbound.probability import total_variation
 from specbound.statistics import mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.records import StudyResults
+from specbound.studies.records import INTEGER, NUMBER, TEXT, RecordFields, StudyResults, mapping_of, optional
 from specbound.studies.trace_theory import trace_expected_cost
-from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
+from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
+                                      trace_probs)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,15 @@ class RejectionsStudy(Study):
     name = "rejections"
     help = "predicted vs measured rejections along real text [YIN]"
     order = 1
+    record_fields = RecordFields(
+        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
+                  "total_variation": NUMBER, "expected_rejection": NUMBER, "round_start": NUMBER},
+        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "num_drafts": INTEGER,
+             "lookahead": optional(INTEGER), "horizon": INTEGER, "measured": mapping_of(NUMBER),
+             "predicted": mapping_of(NUMBER), "theorem_rejections": NUMBER, "sum_total_variation": NUMBER,
+             **GENERATION_FIELDS},
+        key=("position",),
+    )
 
     def __init__(
         self,

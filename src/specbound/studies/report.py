@@ -128,9 +128,15 @@ def write_report(directory) -> Path:
     """Write ``report.md``, ``report.html`` and the figures into ``<directory>/report/``;
     return the Markdown file's path."""
     root = Path(directory)
-    studies = find_results(root)
     output = root / REPORT_FOLDER
     figure_dir = output / "figures"
+    markdown_path = output / "report.md"
+    for path, wanted in ((output, "folder"), (figure_dir, "folder"), (markdown_path, "file"),
+                         (output / "report.html", "file")):
+        if path.exists() and path.is_dir() != (wanted == "folder"):
+            raise ValueError(f"results: {path} is a {'file' if wanted == 'folder' else 'folder'} where the report "
+                             f"writes its {wanted}; move it away")
+    studies = find_results(root)
     figure_dir.mkdir(parents=True, exist_ok=True)
     title = "specbound study report"
     blocks = [
@@ -143,7 +149,6 @@ def write_report(directory) -> Path:
         found = [results for results in studies if results.settings["study"] == name]
         if found:
             blocks += _fitting(found, f"records of the {name} study", lambda: study.report_blocks(found, figure_dir))
-    markdown_path = output / "report.md"
     markdown_path.write_text(to_markdown(blocks), encoding="utf-8")
     (output / "report.html").write_text(to_html(blocks, title), encoding="utf-8")
     return markdown_path

@@ -6,7 +6,10 @@ records (``Study.run_unit``, ``specbound.studies.base``). The runner skips the u
 already on disk, seeds each unit's ``torch.Generator`` from the study seed and the unit
 key (``records.unit_seed``), shows a progress bar with an ETA on stderr, and appends each
 finished unit. The folder is locked for the whole run: a second run into it is refused at
-once (``records.ResultsStore``), and a killed run's lock is released by the OS.
+once (``records.ResultsStore``), and a killed run's lock is released by the OS. The lock,
+the settings check and the records' repair come before the models load (``StudyWriter``
+first, ``run_pending`` once the pair is there): a refused run, or one with nothing left to
+do (``StudyWriter.finished``), loads no model.
 
 With ``batch_size`` B > 1, up to B consecutive units of the same generation settings
 (``Study.batch_key``) decode together (``Study.run_units``): each unit's text, hence its
@@ -31,7 +34,7 @@ from specbound.engine.costs import ROWS
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study
-from specbound.studies.records import ResultsStore, StudyResults, read_results, unit_seed
+from specbound.studies.records import SETTINGS_FILE, ResultsStore, StudyResults, read_results, read_settings, unit_seed
 from specbound.studies.traces import SCORING_DTYPE
 
 
@@ -47,10 +50,18 @@ def run_study(
 ) -> StudyResults:
     """Run every unit not yet in ``directory``; return all results read back from disk."""
     positive_int("batch_size", batch_size)
-    with StudyWriter(study, pair.description, prompts, directory, dataset, seed, progress) as writer:
-        for batch in batches(study, writer.pending, batch_size):
-            writer.append(batch, *run_batch(study, pair, batch, seed))
-        return read_results(directory)
+    with StudyWriter(study, prompts, directory, dataset, seed, progress) as writer:
+        return run_pending(study, pair, writer, batch_size)
+
+
+def run_pending(study: Study, pair: ModelPair, writer: StudyWriter, batch_size: int = 1) -> StudyResults:
+    """Store the pair's description in ``writer``'s settings, run its pending units; return
+    all results read back from disk."""
+    positive_int("batch_size", batch_size)
+    writer.store_models(pair.description)
+    for batch in batches(study, writer.pending, batch_size):
+        writer.append(batch, *run_batch(study, pair, batch, writer.seed))
+    return read_results(writer.directory)
 
 
 def run_batch(study: Study, pair: ModelPair, batch: list, seed: int) -> tuple[list, float]:
@@ -63,32 +74,50 @@ def run_batch(study: Study, pair: ModelPair, batch: list, seed: int) -> tuple[li
 
 
 class StudyWriter:
-    """The one writer of a study run, wherever its units are decoded: it holds the results
-    folder (``ResultsStore``, locked until ``close``), knows the units still ``pending``,
-    appends finished ones and shows the progress bar."""
+    """The one writer of a study run, wherever its units are decoded. Made before any model
+    loads, it holds the results folder (``ResultsStore``, locked until ``close``) with the
+    settings checked but the models' and the records repaired, and knows the units still
+    ``pending``; ``store_models`` completes the settings once the pair is loaded; it appends
+    finished units and shows the progress bar."""
 
-    def __init__(self, study: Study, models: dict, prompts: list[Prompt], directory, dataset: str, seed: int,
-                 progress: bool):
-        settings = {
+    def __init__(self, study: Study, prompts: list[Prompt], directory, dataset: str, seed: int, progress: bool):
+        self.directory, self.seed, self.progress, self.bar = Path(directory), seed, progress, None
+        self.description = f"{study.name} {dataset}"
+        self.settings = {
             "study": study.name,
             "dataset": dataset,
             "seed": seed,
             "limit": len(prompts),
-            "models": models,
             "scoring": f"one {str(SCORING_DTYPE).removeprefix('torch.')} forward per model over each generation, "
             "float64 rows",
             **study.settings(),
         }
-        self.store = ResultsStore(directory, settings)  # the folder is ours until the last unit is written
+        self.store = ResultsStore(directory, self.settings, later=("models",))  # ours until the last unit is written
         try:
-            units = study.units(prompts)
+            self.units = study.units(prompts)
         except BaseException:
             self.store.close()
             raise
-        self.pending = [unit for unit in units if unit.key not in self.store.done]
+        self.pending = [unit for unit in self.units if unit.key not in self.store.done]
+
+    def finished(self, models: dict) -> bool:
+        """Whether every unit is written under these settings already, the stored models
+        agreeing with ``models`` (what the options say of the pair before it loads: its
+        sources, dtype or backend): then nothing needs a model."""
+        if self.pending or not (self.directory / SETTINGS_FILE).is_file():
+            return False
+        stored = read_settings(self.directory / SETTINGS_FILE).get("models")
+        return isinstance(stored, dict) and all(stored.get(key) == value for key, value in models.items())
+
+    def store_models(self, models: dict) -> None:
+        """Complete the settings with the loaded pair's description (``ModelPair.description``),
+        checked against the stored one, and start the progress bar."""
+        items = list(self.settings.items())
+        position = list(self.settings).index("limit") + 1  # where settings.json has always held them
+        self.store.store_settings(dict(items[:position] + [("models", models)] + items[position:]))
         self.bar = tqdm(
-            total=len(units), initial=len(units) - len(self.pending), desc=f"{study.name} {dataset}",
-            unit="run", file=sys.stderr, disable=not progress, dynamic_ncols=True,
+            total=len(self.units), initial=len(self.units) - len(self.pending), desc=self.description,
+            unit="run", file=sys.stderr, disable=not self.progress, dynamic_ncols=True,
         )
 
     def __enter__(self) -> StudyWriter:
@@ -98,7 +127,8 @@ class StudyWriter:
         self.close()
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         self.store.close()
 
     def append(self, batch: list, outputs: list, seconds_per_unit: float) -> None:

@@ -34,6 +34,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine import Method, Processing, RunStats
 from specbound.models.pair import ModelPair
+from specbound.studies.records import INTEGER, MAPPING, TEXT, list_of
 
 SCORING_DTYPE = torch.float32
 
@@ -168,6 +169,10 @@ def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> l
     for temperature in temperatures:
         Processing(temperature=temperature, top_k=top_k, top_p=top_p)
     return temperatures
+
+
+GENERATION_FIELDS = {"prompt_tokens": INTEGER, "tokens": list_of(INTEGER), "text": TEXT, "finish_reason": TEXT,
+                     "engine": MAPPING}  # what ``generation_summary`` gives a run record
 
 
 def generation_summary(pair: ModelPair, trace: Trace) -> dict:
