@@ -49,6 +49,7 @@ import argparse
 import ctypes
 import multiprocessing
 import os
+import threading
 import time
 import weakref
 from concurrent.futures import ProcessPoolExecutor
@@ -269,18 +270,31 @@ def unit_exact_part(methods, counts, tail_budget, target_rows, draft_rows, defer
 _BLAS_LIMITS = []  # a worker's threadpool limits, kept for its life
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 KEPT_FREED_BYTES = 64 << 20  # blocks below this come from the heap; freed memory up to 4x it stays
+PARENT_CHECK_SECONDS = 0.25  # how often a worker looks whether its parent still runs
 
 
-def _worker_setup() -> None:
+def _exit_with_parent(parent: int) -> None:
+    """End this worker once ``parent`` has ended, however it ended (a SIGKILL runs none of
+    its cleanup): the parent id of an orphan changes. Linux's PR_SET_PDEATHSIG would not do:
+    it fires when the *thread* that spawned the worker ends, not its process."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_SECONDS)
+    os._exit(1)
+
+
+def _worker_setup(parent: int) -> None:
     """A worker's BLAS on one thread: the workers already fill the cores, and a threaded BLAS
     under each has them compete for the same cores (two workers gain less over one with it
     than without). And glibc's malloc keeps the memory the worker frees: the exact part
     allocates and frees arrays of a cut row's size (megabytes) at every step, and under
     glibc's adaptive mmap threshold many come as fresh mappings, each paying its page faults
     again (round 6 of ``benchmarks/results/study_exact_unit.md``).
-    Elsewhere than glibc the allocator is left as it is."""
+    Elsewhere than glibc the allocator is left as it is. A thread ends the worker with its
+    ``parent`` (``_exit_with_parent``); the resource tracker then ends too, its pipe closed
+    by every process that held it."""
     from threadpoolctl import threadpool_limits
 
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="exit-with-parent", daemon=True).start()
     _BLAS_LIMITS.append(threadpool_limits(limits=1, user_api="blas"))
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -302,7 +316,7 @@ class ExactPool:
 
     def __init__(self, workers: int):
         self.executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                            initializer=_worker_setup)
+                                            initializer=_worker_setup, initargs=(os.getpid(),))
         self.blocks: list[shared_memory.SharedMemory] = []  # the block in use (none before the first unit)
         weakref.finalize(self, _shut_down, self.executor, self.blocks)
 
