@@ -1,0 +1,49 @@
+"""Ctrl-C stops a study whatever Python runs when it lands — also inside llama.cpp's log
+callback, where ctypes cannot pass the KeyboardInterrupt back through C and reported it to
+``sys.unraisablehook`` instead: the run went on to its end (``engine.backends.interrupts``)."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from engine_fixtures import tiny_model
+from gguf_fixtures import write_gguf
+
+pytest.importorskip("llama_cpp")
+
+INTERRUPTED_STATUS = 130
+# llama.cpp at work much as a study's start keeps it, and most of that time inside C code
+# that calls the log callback: loading a model logs a few dozen lines.
+LOADING = """
+import sys, time
+from specbound.engine.backends.llamacpp import LlamaCppModel
+LlamaCppModel(sys.argv[1], threads=1)
+print("ready", flush=True)
+deadline = time.monotonic() + float(sys.argv[2])
+try:
+    while time.monotonic() < deadline:
+        LlamaCppModel(sys.argv[1], threads=1)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_ctrl_c_while_llama_cpp_logs_stops_the_run(tmp_path, attempt):
+    path = write_gguf(tiny_model(seed=0), tmp_path / "tiny.gguf")
+    run = subprocess.Popen([sys.executable, "-c", LOADING, str(path), "10"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert run.stdout.readline().strip() == "ready"
+        time.sleep(0.2 + 0.1 * attempt)
+        run.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        status = run.wait(timeout=30)
+        assert status == INTERRUPTED_STATUS, run.stderr.read()[-2000:]
+        assert time.monotonic() - started < 5
+    finally:
+        run.kill()
+        run.wait()
