@@ -61,6 +61,8 @@ LOSSLESS_CASES = {
         "tree", {"num_drafts": 2, "depth": 2, "verifier": "rrs_without_replacement"}, Processing()),
     # with replacement: equal drafts share a subtree; K-SEQ on its torch path (the engine's)
     "tree-kseq": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "kseq"}, Processing()),
+    # the optimal verifier of i.i.d. drafts (SPEC.md §4.5), its numpy path under the torch API
+    "tree-global_resolution": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "global_resolution"}, Processing()),
     # top-p leaves some nodes with a one-token draft law: SpecHub hands over to one draft
     "tree-spechub-top_p": (
         "tree", {"num_drafts": 2, "depth": 2, "verifier": "spechub"},
@@ -173,12 +175,14 @@ TREE_VERIFIER_CASES = {
     "tree-traversal": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"}, Processing()),
     "sparse-traversal-top_p": ("sparse", {"budget": 4, "depth": 2, "width": 3, "verifier": "traversal"},
                                Processing(temperature=0.9, top_p=0.9)),
+    # i.i.d. drafts: Global Resolution's plan at each node (SPEC.md §7.5)
+    "tree-univer": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "univer"}, Processing()),
 }
 
 
 @pytest.mark.parametrize("case", TREE_VERIFIER_CASES.values(), ids=TREE_VERIFIER_CASES.keys())
 def test_whole_tree_verifiers_generate_the_target_sequence_law(case, target_model, draft_model):
-    """Block (chains) and traversal (trees, budgeted trees) in the engine, EOS inside the
+    """Block (chains), traversal (trees, budgeted trees) and UniVer in the engine, EOS inside the
     block and the length cut included (3 new tokens below a depth-2 tree)."""
     check_lossless(case, target_model, draft_model)
 
