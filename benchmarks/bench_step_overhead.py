@@ -15,15 +15,14 @@ import time
 import torch
 
 from specbound.api import Speculator
-from specbound.engine import Processing
+from specbound.engine import Sampling
 
 PROMPT = "Write a Python function that returns the n-th Fibonacci number, with a docstring and tests."
 
 
 def main() -> None:
     speculator = Speculator(draft=None, progress=False, backend="llama.cpp")
-    processing = Processing(0.7, None, None, speculator.pair.vocab_size)
-    decoder, method = speculator.decoder_for(processing, "autoregressive", {})
+    decoder, method = speculator.decoder_for(Sampling(0.7), "autoregressive", {})
     prompt = speculator.pair.encode(PROMPT)
     decoder.generate(prompt, method, 16, torch.Generator().manual_seed(0))  # warm-up
     for _ in range(2):

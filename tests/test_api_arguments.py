@@ -116,8 +116,20 @@ def test_generate_checks_its_arguments_before_the_models_load(no_loading, argume
 def test_sampling_settings_are_checked_once_and_carried_as_one_value():
     sampling = Sampling(0.5, 3, 0.9)
     processing = Processing.of(sampling, 6)
-    assert processing == Processing(0.5, 3, 0.9, 6) and processing.sampling == sampling
+    assert processing == Processing(0.5, 3, 0.9, 6)
     with pytest.raises(ValueError, match="^temperature: "):
         Processing(-1.0)
     with pytest.raises(ValueError, match="^top_k: "):
         Sampling(top_k=True)
+
+
+def test_a_request_s_sampling_travels_down_to_the_decoder_s_processing(speculator):
+    """The caller hands down a ``Sampling``; the processing with the models' vocabulary is
+    made below it, once per setting, and nothing else is taken."""
+    decoder, _ = speculator.decoder_for(Sampling(0.25, top_k=2), "chain", {"gamma": 2})
+    assert decoder.processing == Processing(0.25, 2, None, speculator.pair.vocab_size)
+    assert speculator.decoder_for(Sampling(0.25, top_k=2), "chain", {"gamma": 2})[0] is decoder
+    speculator.release_decoder(Sampling(0.25, top_k=2), "chain", {"gamma": 2})
+    assert speculator.decoder_for(Sampling(0.25, top_k=2), "chain", {"gamma": 2})[0] is not decoder
+    with pytest.raises(TypeError, match="^sampling: expected a Sampling"):
+        speculator.decoder_for(Processing(0.25, 2), "chain", {"gamma": 2})

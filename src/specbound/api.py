@@ -156,15 +156,12 @@ class Speculator:
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
         return Result(generation.tokens, text, generation.finish_reason, generation.stats, plan.describe())
 
-    def decoder_for(self, sampling: Sampling | Processing, method: str = "auto", options: dict | None = None):
+    def decoder_for(self, sampling: Sampling, method: str = "auto", options: dict | None = None):
         """(decoder, plan) for the sampling settings ``sampling`` and ``method`` ("auto": the
         plan is a ``Planner``, kept with its acceptance estimates for the next calls;
         otherwise the built ``Method``); decode with ``decoder.generate(prompt_ids, plan,
-        ...)``. A ``Processing`` is taken for its sampling settings: the decoder's processing
-        has the pair's vocabulary."""
-        if isinstance(sampling, Processing):
-            sampling = sampling.sampling
-        elif not isinstance(sampling, Sampling):
+        ...)``. The decoder's ``Processing`` is made here, with the pair's vocabulary."""
+        if not isinstance(sampling, Sampling):
             raise TypeError(f"sampling: expected a Sampling, got {type(sampling).__name__}")
         options = options or {}
         key = (sampling, method, tuple(sorted(options.items())))
@@ -188,12 +185,10 @@ class Speculator:
         "auto", its planner go with it); a later call builds a new one."""
         self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
 
-    def release_decoder(self, sampling: Sampling | Processing, method: str = "auto", options: dict | None = None) -> None:
+    def release_decoder(self, sampling: Sampling, method: str = "auto", options: dict | None = None) -> None:
         """Forget the decoder ``decoder_for`` keeps for these arguments (its caches and, under
         "auto", its planner's estimates); the next ``decoder_for`` builds a new one. No-op
         where none is kept."""
-        if isinstance(sampling, Processing):
-            sampling = sampling.sampling
         self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
 
     def _prefill_estimate(self, tokens: int) -> str:

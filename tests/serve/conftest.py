@@ -6,7 +6,9 @@
 - ``small_server``: the pair without EOS (every request runs to its max_tokens), one
   sequence at a time and one waiting, so that overload, disconnects and the drain on SIGTERM
   are seen; the drain test stops it, last;
-- ``short_drain_server``: the same, two waiting, with a drain of 0.2 s, for a drain that runs out.
+- ``short_drain_server``: the same, two waiting, with a drain of 0.2 s, for a drain that runs out;
+- ``limits_server``: the pair without EOS, batches of 4, 4 waiting, 2 sampling settings in use at
+  once and bodies of at most ``LIMIT_BODY_BYTES``: admission, settings, sizes, the load test.
 
 All start together (each pays ~10 s of imports on two cores) the first time one is used.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_fixtures import API_KEY, ServerProcess
+from serve_fixtures import API_KEY, LIMIT_BODY_BYTES, ServerProcess
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +29,8 @@ def servers():
                                "--max-batch", "1", "--max-queue", "1", "--drain-seconds", "20"),
         "short_drain": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--max-batch", "1",
                                      "--max-queue", "2", "--drain-seconds", "0.2"),
+        "limits": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8", "--max-batch", "4",
+                                "--max-queue", "4", "--max-settings", "2", "--max-body-bytes", str(LIMIT_BODY_BYTES)),
     }
     try:
         for process in started.values():
@@ -52,3 +56,8 @@ def small_server(servers) -> ServerProcess:
 @pytest.fixture(scope="session")
 def short_drain_server(servers) -> ServerProcess:
     return servers["short_drain"]
+
+
+@pytest.fixture(scope="session")
+def limits_server(servers) -> ServerProcess:
+    return servers["limits"]

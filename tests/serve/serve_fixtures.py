@@ -17,6 +17,7 @@ import httpx
 HERE = Path(__file__).resolve().parent
 API_KEY = "test-key"
 MODEL = "tiny-test-pair"
+LIMIT_BODY_BYTES = 65536  # the limits server's --max-body-bytes
 START_SECONDS = 120
 
 

@@ -1,7 +1,7 @@
 """Bad input and overload: every bad request is refused with OpenAI's error object naming
 the field, nothing it sends stops the loop or another request; a full queue answers 429
-with Retry-After; SIGTERM drains the requests in flight and exits 0 (last: it stops the
-small server)."""
+with Retry-After; SIGTERM drains the requests in flight, ends properly the streams it cannot
+finish, and exits 0 (last: it stops the small server)."""
 
 from __future__ import annotations
 
@@ -97,10 +97,8 @@ def test_a_missing_or_wrong_key_is_refused(server, headers):
 
 
 def test_a_full_queue_answers_429_with_retry_after(small_server):
-    """One running, one waiting: of 8 requests sent at once (each 200 tokens, about a second
-    of decoding), the others are refused at once, each with a clean error. Whether the queue's
-    one place is free again for a second request depends on whether the loop has moved the
-    first into its batch before the rest arrive, so one or two are answered."""
+    """One batch slot, one queue place: of 8 requests sent at once (each 200 tokens, about a
+    second of decoding), two are answered, the others refused at once, each with a clean error."""
     async def run():
         async with httpx.AsyncClient(base_url=small_server.url, timeout=60) as http:
             body = {"model": MODEL, "prompt": "cat", "max_tokens": 200}
@@ -109,7 +107,7 @@ def test_a_full_queue_answers_429_with_retry_after(small_server):
 
     responses = asyncio.run(run())
     statuses = sorted(response.status_code for response in responses)
-    assert 1 <= statuses.count(200) <= 2 and statuses.count(429) >= 6 and set(statuses) == {200, 429}
+    assert statuses == [200] * 2 + [429] * 6
     for response in responses:
         if response.status_code == 429:
             assert int(response.headers["Retry-After"]) >= 1
@@ -144,10 +142,12 @@ def test_sigterm_drains_the_requests_in_flight_and_exits_0(small_server):
     assert small_server.process.wait(30) == 0
 
 
-def test_sigterm_cancels_what_the_drain_cannot_finish_and_exits_0(short_drain_server):
-    """A drain of 0.2 s against three requests of 250 tokens each (one running, two waiting:
-    over a second of decoding): the server exits 0 soon after, what it could not finish cut."""
-    completed, started = [], threading.Barrier(2)
+def test_sigterm_ends_what_the_drain_cannot_finish_properly_and_exits_0(short_drain_server):
+    """A drain of 0.2 s against three streams of 250 tokens each (one running, two waiting:
+    over a second of decoding): the server exits 0 soon after; a stream it could not finish
+    still ends as a stream should — its last chunk an error object, then ``data: [DONE]``, the
+    body complete (no transport error)."""
+    endings, started = {}, threading.Barrier(2)
 
     def stream(seed: int) -> None:
         body = {"model": MODEL, "prompt": "red", "max_tokens": 250, "seed": seed, "stream": True}
@@ -157,20 +157,33 @@ def test_sigterm_cancels_what_the_drain_cannot_finish_and_exits_0(short_drain_se
                 if seed == 0:
                     next(line for line in lines if line.startswith("data: "))
                     started.wait(10)
-                completed.append(any(line == "data: [DONE]" for line in lines))
-        except httpx.TransportError:  # the connection closed mid-stream
-            completed.append(False)
+                events = [line for line in lines if line.startswith("data: ")]
+                endings[seed] = (response.status_code, events[-2:])
+        except httpx.TransportError as error:  # the connection closed mid-stream
+            endings[seed] = (None, [repr(error)])
 
     threads = [threading.Thread(target=stream, args=(seed,)) for seed in range(3)]
     for thread in threads:
         thread.start()
         time.sleep(0.05)  # the first one first
     started.wait(10)
+    deadline = time.monotonic() + 10
+    while short_drain_server.health()["queued"] < 2 and time.monotonic() < deadline:  # all three in
+        time.sleep(0.01)
     signalled = time.monotonic()
     short_drain_server.process.send_signal(signal.SIGTERM)
     assert short_drain_server.process.wait(30) == 0
     exited = time.monotonic() - signalled
     for thread in threads:
         thread.join(30)
-    assert len(completed) == 3 and not all(completed), "a drain of 0.2 s cannot finish 750 tokens"
-    assert exited < 15
+    assert sorted(endings) == [0, 1, 2] and exited < 15
+    cut = 0
+    for status, (last, done) in endings.values():
+        assert status == 200 and done == "data: [DONE]", endings
+        chunk = json.loads(last.removeprefix("data: "))
+        if "error" in chunk:
+            cut += 1
+            assert chunk["error"]["type"] == "server_error" and "shut down" in chunk["error"]["message"]
+        else:
+            assert chunk["choices"][0]["finish_reason"] == "length"
+    assert cut >= 1, "a drain of 0.2 s cannot finish 750 tokens"

@@ -1,24 +1,26 @@
 """The decoding loop in-process: a step that raises fails the requests of its batch only
-(HTTP 500 in their responses); the other sampling setting's batch and later requests of the
-same setting decode on."""
+(HTTP 500 in their responses), the other sampling setting's batch and later requests of the
+same setting decode on; sampling settings are bounded while in use and released after;
+admission fills every batch slot and queue place."""
 
 from __future__ import annotations
 
 import queue
+import time
 
 import pytest
 
 from tiny_pair import tiny_pair
 from specbound.api import Speculator
-from specbound.engine.processing import Processing
-from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, TooManySettings
+from specbound.engine.processing import Sampling
+from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, Overloaded, SettingsBusy
 
 VOCAB = 12
 WAIT_SECONDS = 30
 
 
 def job(temperature: float, seed: int, events: queue.Queue, max_tokens: int = 12) -> Job:
-    return Job([5, 8], max_tokens, Processing(temperature, vocab_size=VOCAB), seed, (), events.put)
+    return Job([5, 8], max_tokens, Sampling(temperature), seed, (), events.put)
 
 
 def outcome(events: queue.Queue):
@@ -34,7 +36,7 @@ def speculator():
 
 
 def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
-    faulty = Processing(0.8, vocab_size=VOCAB)
+    faulty = Sampling(0.8)
     decoder, _ = speculator.decoder_for(faulty, "chain", {"gamma": 3})
     score, calls = decoder.target.score, []
 
@@ -62,11 +64,38 @@ def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
         loop.stop(10)
 
 
-def test_sampling_settings_beyond_the_limit_are_refused(speculator):
+def test_a_sampling_setting_in_use_bounds_new_ones_and_is_released_when_its_requests_end(speculator):
+    """Two settings in use (three requests, not yet decoding) with max_settings 2: a third
+    setting is refused for now, a request of a setting in use is not; once the requests end,
+    the third setting is taken, and after it ends no setting or batch is kept."""
     loop = BatchingLoop(speculator, "chain", {"gamma": 3}, max_batch=4, max_queue=8, max_settings=2)
+    first, second, third = queue.Queue(), queue.Queue(), queue.Queue()
+    loop.submit(job(0.1, 0, first))
+    loop.submit(job(0.2, 0, second))
+    loop.submit(job(0.1, 1, second))  # a setting in use
+    with pytest.raises(SettingsBusy):
+        loop.submit(job(0.3, 0, third))
+    loop.start()
+    try:
+        assert all(isinstance(outcome(events), Finished) for events in (first, second, second))
+        assert loop.health()["settings"] == 0
+        loop.submit(job(0.3, 0, third))
+        assert isinstance(outcome(third), Finished)
+        deadline = time.monotonic() + WAIT_SECONDS
+        while loop.health()["groups"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.health()["groups"] == loop.health()["settings"] == 0
+    finally:
+        loop.stop(10)
+
+
+@pytest.mark.parametrize("max_queue", [0, 3])
+def test_every_free_batch_slot_and_queue_place_is_taken_before_a_refusal(speculator, max_queue):
+    """Admission counts the free batch slots, not only the queue: max_batch + max_queue
+    requests are taken (max_queue 0: none waits), the next is refused."""
+    loop = BatchingLoop(speculator, "chain", {"gamma": 3}, max_batch=4, max_queue=max_queue)
     events = queue.Queue()
-    loop.submit(job(0.1, 0, events))
-    loop.submit(job(0.2, 0, events))
-    loop.submit(job(0.1, 1, events))  # a setting it has
-    with pytest.raises(TooManySettings):
-        loop.submit(job(0.3, 0, events))
+    for seed in range(4 + max_queue):
+        loop.submit(job(0.5, seed, events))
+    with pytest.raises(Overloaded):
+        loop.submit(job(0.5, 99, events))

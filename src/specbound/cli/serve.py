@@ -3,9 +3,17 @@ continuous batching (``specbound.serve``).
 
 The model, backend, method and sampling options are those of ``generate``; the sampling
 options and ``--max-new-tokens`` are a request's defaults, which its own fields override.
-The server listens on 127.0.0.1 unless ``--host`` says otherwise. On SIGTERM (or Ctrl-C) it
-stops accepting connections, lets the requests in flight finish for up to
-``--drain-seconds``, cancels the rest, and exits with status 0.
+The server listens on 127.0.0.1 unless ``--host`` says otherwise; the address is resolved and
+the port bound before the models load, so a bad one is refused at once. On SIGTERM (or
+Ctrl-C) it stops accepting connections, lets the requests in flight finish for up to
+``--drain-seconds``, ends the rest (a stream with an error event and ``data: [DONE]``), and
+exits with status 0.
+
+A request may take a batch slot (``--max-batch``) or, when all are busy, wait (up to
+``--max-queue`` requests; 0: none wait); beyond them it is refused with 429. Sampling
+settings in use at once are at most ``--max-settings``. A body over ``--max-body-bytes`` is
+refused with 413. ``--api-key`` (or ``$SPECBOUND_API_KEY``) must not be empty; clients send
+it as ``Authorization: Bearer KEY``.
 
 ``--pair-factory MODULE:FUNCTION`` serves the ``ModelPair`` that function returns instead
 of loading ``--target``/``--draft``: the tests serve tiny in-process models with it
@@ -22,17 +30,32 @@ import signal
 from specbound import arguments
 from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
 
+KEY_VARIABLE = "SPECBOUND_API_KEY"
+MAX_BODY_BYTES = 4 * 2**20  # a full context of token ids fits many times over
+
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from specbound.api import Speculator
-    from specbound.engine.processing import Processing
-    from specbound.serve.app import Settings, create_app
-    from specbound.serve.batching import BatchingLoop
-    from specbound.serve.prompts import PromptEncoder
+    from specbound.serve.server import bind
 
     method, options = parse_method(args.method)
+    api_key = args.api_key if args.api_key is not None else _environment_key()
+    listener = bind(args.host, args.port)  # a bad address is refused before anything heavy loads
+    try:
+        return _serve(args, method, options, api_key, listener)
+    finally:
+        listener.close()
+
+
+def _serve(args: argparse.Namespace, method: str, options: dict, api_key: str | None, listener) -> int:
+    from specbound.api import Speculator
+    from specbound.engine.processing import Sampling
+    from specbound.serve.app import create_app
+    from specbound.serve.batching import BatchingLoop
+    from specbound.serve.handling import Settings
+    from specbound.serve.metrics import ServerMetrics
+    from specbound.serve.prompts import PromptEncoder
+    from specbound.serve.server import run as serve_forever
+
     if args.threads is not None:
         import torch
 
@@ -41,20 +64,39 @@ def run(args: argparse.Namespace) -> int:
         speculator = Speculator(pair=_factory(args.pair_factory)(), drafter=args.drafter, device=args.device)
     else:
         speculator = load_speculator(args)
-    processing = Processing(args.temperature, args.top_k, args.top_p, speculator.pair.vocab_size)
+    sampling = Sampling(args.temperature, args.top_k, args.top_p)
     speculator.progress = False  # loaded: a request's prefill draws no bar in the server's log (generate's does)
-    decoder, _ = speculator.decoder_for(processing, method, options)  # auto measures its costs here, once
+    decoder, _ = speculator.decoder_for(sampling, method, options)  # auto measures its costs here, once
     name = args.served_model_name or speculator.pair.description.get("target") or args.target
-    settings = Settings(name, decoder.target.max_positions, args.max_new_tokens, args.temperature, args.top_k,
-                        args.top_p, args.seed, args.api_key or os.environ.get("SPECBOUND_API_KEY") or None)
-    loop = BatchingLoop(speculator, method, options, args.max_batch, args.max_queue, args.max_settings)
-    app = create_app(loop, PromptEncoder(speculator.pair), settings)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           timeout_graceful_shutdown=args.drain_seconds, access_log=False))
+    context = decoder.target.max_positions
+    settings = Settings(name, context, args.max_new_tokens, sampling, args.seed, args.max_body_bytes, api_key)
+    metrics = ServerMetrics()
+    loop = BatchingLoop(speculator, method, options, args.max_batch, args.max_queue, args.max_settings,
+                        default=sampling, observer=metrics)
+    app = create_app(loop, PromptEncoder(speculator.pair, context), settings, metrics)
     for handled in (signal.SIGTERM, signal.SIGINT):  # uvicorn drains on them, then raises them again: exit 0
         signal.signal(handled, lambda *_: None)
-    server.run()
-    return 0 if server.started else 1
+    return 0 if serve_forever(app, loop, listener, args.drain_seconds, args.log_level) else 1
+
+
+def api_key(text: str) -> str:
+    """An API key: printable ASCII without spaces (what a bearer token can carry), not empty."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty (an empty key would serve without authentication; "
+                                         "leave the option out for no key)")
+    if not all("!" <= character <= "~" for character in text):
+        raise argparse.ArgumentTypeError("must be printable ASCII without spaces (a bearer token's characters)")
+    return text
+
+
+def _environment_key() -> str | None:
+    text = os.environ.get(KEY_VARIABLE)
+    if text is None:
+        return None
+    try:
+        return api_key(text)
+    except argparse.ArgumentTypeError as error:
+        raise ValueError(f"${KEY_VARIABLE}: {error}") from None
 
 
 def _factory(path: str):
@@ -79,15 +121,20 @@ def register(subparsers) -> None:
     server = parser.add_argument_group("server")
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
     server.add_argument("--port", type=arguments.integer(0, 65535), default=8000, help="port (default 8000)")
-    server.add_argument("--api-key", default=None,
-                        help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECBOUND_API_KEY, else none)")
+    server.add_argument("--api-key", type=api_key, default=None,
+                        help="require 'Authorization: Bearer KEY' on /v1 (default: $SPECBOUND_API_KEY, else none); "
+                        "not empty")
     server.add_argument("--max-batch", type=arguments.positive_int, default=8,
                         help="sequences decoded at once (default 8)")
     server.add_argument("--max-queue", type=arguments.integer(0), default=64,
-                        help="requests waiting beyond them; more are refused with 429 (default 64)")
+                        help="requests waiting for a slot when all are busy (0: none wait); more are refused with "
+                        "429 (default 64)")
     server.add_argument("--max-settings", type=arguments.positive_int, default=16,
-                        help="distinct sampling settings (temperature, top_p, top_k) served, each its own batch "
-                        "(default 16)")
+                        help="distinct sampling settings (temperature, top_p, top_k) in use at once, each its own "
+                        "batch; a new one beyond them is refused with 429 until one is free (default 16)")
+    server.add_argument("--max-body-bytes", type=arguments.integer(1), default=MAX_BODY_BYTES,
+                        help=f"a request body's size at most; larger ones are refused with 413 "
+                        f"(default {MAX_BODY_BYTES:,})")
     server.add_argument("--drain-seconds", type=arguments.number(0.0), default=30.0,
                         help="on SIGTERM, how long requests in flight may finish (default 30)")
     server.add_argument("--served-model-name", default=None, help="the model's id in the API (default: --target)")

@@ -81,10 +81,6 @@ class Processing:
         """The processing of ``sampling`` over a vocabulary of ``vocab_size`` tokens."""
         return cls(sampling.temperature, sampling.top_k, sampling.top_p, vocab_size)
 
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_k, self.top_p)
-
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Probabilities of the next token.  # [rows, model_vocab] -> [rows, vocab] float32"""
         if logits.ndim != 2:

@@ -1,19 +1,23 @@
 """The decoding loop of a server: continuous batching over the engine's step-level API.
 
-One thread runs it for the server's life. Requests (``Job``) wait in a bounded queue; at
-every step the loop admits as many as ``max_batch`` leaves room for, runs one step of every
-batch, sends each request the text its new tokens made, and lets a request leave as soon as
-it ends (EOS, its ``max_tokens``, a stop string), is cancelled or its client disconnected —
-its cache rows freed before the next step (``engine.decode.Batch``).
+One thread runs it for the server's life. A request (``Job``) takes a batch slot if one of
+``max_batch`` is free, else waits in a queue of at most ``max_queue`` (0: no waiting); beyond
+them it is refused (``Overloaded``). Before every step the loop moves the waiting requests
+into the free slots, runs one step of every batch, sends each request the text its new tokens
+made, and lets a request leave as soon as it ends (EOS, its ``max_tokens``, a stop string), is
+cancelled or its client disconnected — its cache rows freed before the next step
+(``engine.decode.Batch``).
 
-**One batch per sampling setting.** A ``Processing`` (temperature, top-k, top-p) is applied
+**One batch per sampling setting.** A ``Sampling`` (temperature, top-k, top-p) is applied
 identically to the target's and the draft's logits inside the decoder and its drafter, and
 ``auto``'s planner keeps its acceptance estimates per setting; so requests are grouped by
-their ``Processing``, each group one ``Batch`` of its own decoder (over the same loaded
+their ``Sampling``, each group one ``Batch`` of its own decoder (over the same loaded
 models), and the loop steps the groups in turn. Requests that share a setting — the common
-case, a client's defaults — decode together. The settings a server keeps are bounded
-(``max_settings``): each costs a decoder (for ``auto`` also a planner and the draft's
-quantised copies).
+case, a client's defaults — decode together. The settings *in use* (with a running or waiting
+request) are bounded by ``max_settings``, each costing a decoder with its caches (for ``auto``
+also a planner and the draft's quantised copies): a setting whose last request ended is
+released (its decoder with it), except the server's default; a new setting while
+``max_settings`` others are in use is refused for now (``SettingsBusy``).
 
 **Same seed, same tokens.** A request's randomness comes from its own generator, seeded by
 its ``seed`` (or drawn from the server's seed sequence), so with a ``seed`` it gets the
@@ -21,26 +25,36 @@ tokens a solo ``specbound generate`` gives where the forward is batch-invariant 
 torch models, ``engine.decode``). ``auto`` plans from what the server has seen, so its
 tokens also depend on earlier requests.
 
-**Failures stay local.** A request is checked before it queues (``app``); a step that raises
-fails the requests of that group only (HTTP 500 in their responses), whose batch starts
-afresh; the loop and every other group run on.
+**Failures stay local.** A request is checked before it queues (``handling``); a step that
+raises fails the requests of that group only (HTTP 500 in their responses), whose batch
+starts afresh; the loop and every other group run on.
+
+**Drain.** ``drain(seconds)`` refuses new requests and lets those in flight run for
+``seconds``; then each still unfinished ends with ``Failed`` (503), so that its response
+ends properly (a stream with an error event and ``[DONE]``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from specbound.engine.processing import Processing
+from specbound.engine.decode import Batch, Decoder, Sequence
+from specbound.engine.methods import Method
+from specbound.engine.planner import Planner
+from specbound.engine.processing import Sampling
 from specbound.serve.text import TextStream
 
 log = logging.getLogger("specbound.serve")
 IDLE_WAIT = 0.5  # seconds the loop sleeps when it has nothing to do (woken at once by a request)
+SHUT_DOWN = "The server shut down before this request finished."
 
 
 @dataclass
@@ -61,95 +75,149 @@ class Finished:
 
 @dataclass
 class Failed:
+    """A request ended without its answer: the HTTP status and message its response carries."""
+
     status: int
     message: str
 
 
-@dataclass
+Event = Text | Finished | Failed
+
+
+@dataclass(eq=False)  # a job is itself: found in the queue by identity
 class Job:
     """One request in the loop. ``deliver`` is called from the loop's thread with each
-    ``Text``, then one ``Finished`` or ``Failed``; it must not block."""
+    ``Text``, then one ``Finished`` or ``Failed`` (none for a cancelled request); it must
+    not block."""
 
     prompt_ids: list[int]
     max_tokens: int
-    processing: Processing
+    sampling: Sampling
     seed: int
     stops: tuple[str, ...]
-    deliver: Callable[[object], None]
+    deliver: Callable[[Event], None]
+    arrived: float = field(default_factory=time.monotonic)  # when the server received it
     cancelled: bool = False  # set by the request's side; the loop removes it before its next step
-    sequence: object = None
+    sequence: Sequence | None = None  # once in its batch
     text: TextStream | None = None
-    steps_by_method: Counter = field(default_factory=Counter)
+    steps_by_method: Counter[str] = field(default_factory=Counter)
+    last_tokens_at: float | None = None  # when its latest tokens came
 
 
-@dataclass
+@dataclass(eq=False)
 class _Group:
     """The batch of one sampling setting."""
 
-    decoder: object
-    plan: object  # a Method, or auto's Planner
-    batch: object
-    jobs: dict = field(default_factory=dict)  # sequence index -> Job
+    decoder: Decoder
+    plan: Method | Planner
+    batch: Batch
+    jobs: dict[int, Job] = field(default_factory=dict)  # sequence index -> Job
+
+
+class LoopObserver(Protocol):
+    """What the loop reports as it runs (the server's metrics)."""
+
+    def admitted(self, job: Job) -> None: ...
+
+    def tokens(self, count: int, seconds: float, first: bool) -> None:
+        """``count`` new tokens of a request, ``seconds`` after its previous ones (``first``:
+        after it arrived)."""
+
+    def ended(self, job: Job, event: Event | None) -> None:
+        """``job`` left the loop: ``Finished``, ``Failed``, or None (cancelled)."""
+
+
+class _Unobserved:
+    def admitted(self, job: Job) -> None:
+        pass
+
+    def tokens(self, count: int, seconds: float, first: bool) -> None:
+        pass
+
+    def ended(self, job: Job, event: Event | None) -> None:
+        pass
 
 
 class Overloaded(Exception):
-    """The queue is full."""
+    """Every batch slot and queue place is taken."""
+
+
+class SettingsBusy(Exception):
+    """A new sampling setting while ``max_settings`` others are in use."""
 
 
 class Unavailable(Exception):
-    """The loop is stopping, or stopped."""
-
-
-class TooManySettings(Exception):
-    """A new sampling setting beyond ``max_settings``."""
+    """The loop is draining or stopped."""
 
 
 class BatchingLoop:
     """The server's decoding loop (module docstring). ``speculator``: the loaded pair;
     ``method``, ``options``: what ``Speculator.decoder_for`` takes ("auto" or an engine
     method and its options); ``max_batch``: sequences decoded at once, all groups together;
-    ``max_queue``: requests waiting beyond them."""
+    ``max_queue``: requests waiting beyond them; ``max_settings``: sampling settings in use at
+    once; ``default``: the setting that is never released (the server's own)."""
 
     def __init__(self, speculator, method: str, options: dict, max_batch: int, max_queue: int,
-                 max_settings: int = 16):
+                 max_settings: int = 16, default: Sampling | None = None,
+                 observer: LoopObserver | None = None):
         self.speculator = speculator
         self.method, self.options = method, dict(options)
         self.max_batch, self.max_queue, self.max_settings = max_batch, max_queue, max_settings
-        self._groups: dict[Processing, _Group] = {}
-        self._settings: set[Processing] = set()  # every setting accepted (guarded by the lock)
+        self.default = default
+        self.observer = observer or _Unobserved()
+        self._groups: dict[Sampling, _Group] = {}  # touched by the loop's thread only
+        self._in_use: Counter[Sampling] = Counter()  # running and waiting jobs per setting
         self._queue: deque[Job] = deque()
-        self._running = 0  # jobs admitted and not ended (read by health)
-        self._condition = threading.Condition()
+        self._running = 0  # jobs admitted and not ended
+        self._condition = threading.Condition()  # guards the fields above it and the counts
         self._stopping = False
+        self._drain_deadline: float | None = None  # set by drain: refuse new jobs, end the rest then
         self.broken = False  # the loop's thread died (a bug; logged): requests are refused with 503
         self._thread = threading.Thread(target=self._run, name="specbound-decoding", daemon=True)
         self.completed = 0  # requests that ended with a Finished
-        self.cancelled = 0  # requests dropped from their batch before they ended
+        self.cancelled = 0  # requests dropped before they ended
 
     # -- the request's side ------------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; ``Overloaded`` when the queue is full, ``TooManySettings`` for a
-        sampling setting the server cannot add."""
+        """Give ``job`` a batch slot or a queue place; ``Overloaded`` when none is free,
+        ``SettingsBusy`` for a new sampling setting beyond ``max_settings`` in use,
+        ``Unavailable`` while draining or stopped."""
         with self._condition:
-            if self._stopping or self.broken:
-                raise Unavailable("the server is shutting down" if self._stopping else "the decoding loop stopped")
-            if len(self._queue) >= self.max_queue:
-                raise Overloaded(f"{len(self._queue)} requests are waiting (--max-queue {self.max_queue})")
-            if job.processing not in self._settings:
-                if len(self._settings) >= self.max_settings:
-                    raise TooManySettings(f"this server decodes at most {self.max_settings} distinct sampling "
-                                          "settings (temperature, top_p, top_k); use one it has seen")
-                self._settings.add(job.processing)
+            if self._stopping or self._drain_deadline is not None or self.broken:
+                raise Unavailable("the decoding loop stopped" if self.broken else "the server is shutting down")
+            if self._running + len(self._queue) >= self.max_batch + self.max_queue:
+                raise Overloaded(f"{self._running} requests are decoding and {len(self._queue)} waiting "
+                                 f"(--max-batch {self.max_batch}, --max-queue {self.max_queue})")
+            if job.sampling not in self._in_use and len(self._in_use) >= self.max_settings:
+                raise SettingsBusy(f"{len(self._in_use)} other sampling settings (temperature, top_p, top_k) are "
+                                   f"in use (--max-settings {self.max_settings})")
+            self._in_use[job.sampling] += 1
             self._queue.append(job)
             self._condition.notify()
 
     def cancel(self, job: Job) -> None:
-        """The request is gone (cancelled, client disconnected): drop it before the next step."""
-        job.cancelled = True
+        """The request is gone (client disconnected, response abandoned): a waiting one leaves
+        the queue now, a running one its batch before the next step; no-op once it ended."""
         with self._condition:
+            job.cancelled = True
+            if job in self._queue:
+                self._queue.remove(job)
+                self._release(job.sampling)
+                self.cancelled += 1
+                waiting = True
+            else:
+                waiting = False
+            self._condition.notify()
+        if waiting:
+            self.observer.ended(job, None)
+
+    def drain(self, seconds: float) -> None:
+        """Refuse new requests; end those still unfinished ``seconds`` from now (module docstring)."""
+        with self._condition:
+            self._drain_deadline = time.monotonic() + seconds
             self._condition.notify()
 
     def stop(self, timeout: float) -> None:
@@ -158,12 +226,28 @@ class BatchingLoop:
             self._condition.notify()
         self._thread.join(timeout)
 
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
     def health(self) -> dict:
-        groups = list(self._groups.values())  # one C-level copy: the loop's thread may add a group meanwhile
+        groups = list(self._groups.values())  # one C-level copy: the loop's thread may change them meanwhile
         with self._condition:
             return {"in_batches": sum(len(group.batch.sequences) for group in groups),
-                    "tracked": sum(len(group.jobs) for group in groups),"running": self._running, "queued": len(self._queue), "settings": len(self._settings), "broken": self.broken,
-                    "completed": self.completed, "cancelled": self.cancelled, "max_batch": self.max_batch, "max_queue": self.max_queue}
+                    "tracked": sum(len(group.jobs) for group in groups), "running": self._running,
+                    "queued": len(self._queue), "settings": len(self._in_use), "groups": len(groups),
+                    "broken": self.broken, "completed": self.completed, "cancelled": self.cancelled,
+                    "max_batch": self.max_batch, "max_queue": self.max_queue}
+
+    def _release(self, sampling: Sampling) -> None:
+        """One job of ``sampling`` left (the lock held)."""
+        self._in_use[sampling] -= 1
+        if not self._in_use[sampling]:
+            del self._in_use[sampling]
 
     # -- the loop's thread --------------------------------------------------------------------
     def _run(self) -> None:
@@ -174,6 +258,8 @@ class BatchingLoop:
             with self._condition:
                 self.broken, waiting = True, list(self._queue)
                 self._queue.clear()
+                for job in waiting:
+                    self._release(job.sampling)
             for job in waiting:
                 job.deliver(Failed(503, "The server's decoding loop stopped."))
             raise
@@ -185,32 +271,52 @@ class BatchingLoop:
                     self._condition.wait(IDLE_WAIT)
                 if self._stopping:
                     break
+                drained = self._drain_deadline is not None and time.monotonic() >= self._drain_deadline
                 admitted = []
-                while self._queue and self._running + len(admitted) < self.max_batch:
-                    job = self._queue.popleft()
-                    if not job.cancelled:
-                        admitted.append(job)
+                while self._queue and (drained or self._running + len(admitted) < self.max_batch):
+                    admitted.append(self._queue.popleft())
                 self._running += len(admitted)
+            if drained:  # the drain's time is up: what is left ends now
+                for job in admitted:
+                    self._finish_count(Failed(503, SHUT_DOWN), job)
+                self._end_all(SHUT_DOWN)
+                admitted = []
             for job in admitted:
                 self._admit(job)
-            for group in list(self._groups.values()):
+            for sampling, group in list(self._groups.items()):
                 self._drop_cancelled(group)
                 if group.batch.sequences:
                     self._step(group)
+                if not group.jobs:
+                    self._release_group(sampling)
+        self._end_all(SHUT_DOWN)
+
+    def _end_all(self, message: str) -> None:
         for group in self._groups.values():
             for job in list(group.jobs.values()):
-                self._end(group, job, Failed(503, "The server shut down before this request finished."))
+                self._end(group, job, Failed(503, message))
 
-    def _group(self, processing: Processing) -> _Group:
-        group = self._groups.get(processing)
+    def _group(self, sampling: Sampling) -> _Group:
+        group = self._groups.get(sampling)
         if group is None:
-            decoder, plan = self.speculator.decoder_for(processing, self.method, self.options)
-            group = self._groups[processing] = _Group(decoder, plan, decoder.start(plan))
+            decoder, plan = self.speculator.decoder_for(sampling, self.method, self.options)
+            group = self._groups[sampling] = _Group(decoder, plan, decoder.start(plan))
         return group
 
+    def _release_group(self, sampling: Sampling) -> None:
+        """Forget the decoder of a setting no request uses (not the server's default)."""
+        with self._condition:
+            if sampling in self._in_use or sampling == self.default:
+                return
+        del self._groups[sampling]
+        self.speculator.release_decoder(sampling, self.method, self.options)
+
     def _admit(self, job: Job) -> None:
+        if job.cancelled:  # its client left between the queue and here
+            self._finish_count(None, job)
+            return
         try:
-            group = self._group(job.processing)
+            group = self._group(job.sampling)
             generator = torch.Generator(device=self.speculator.pair.device).manual_seed(job.seed)
             job.sequence = group.batch.add(job.prompt_ids, job.max_tokens, generator)
         except ValueError as error:  # checked before it queued; a refusal here is still the request's own
@@ -222,14 +328,13 @@ class BatchingLoop:
             return
         job.text = TextStream(lambda tokens: self.speculator.pair.decode(tokens, skip_special_tokens=True), job.stops)
         group.jobs[job.sequence.index] = job
+        self.observer.admitted(job)
 
     def _drop_cancelled(self, group: _Group) -> None:
         for job in [job for job in group.jobs.values() if job.cancelled]:
             group.batch.remove(job.sequence)
             del group.jobs[job.sequence.index]
             self._finish_count(None, job)
-            with self._condition:
-                self.cancelled += 1
 
     def _step(self, group: _Group) -> None:
         try:
@@ -245,9 +350,14 @@ class BatchingLoop:
     def _step_and_send(self, group: _Group) -> None:
         emitted = group.batch.step()
         label = group.batch.last_method.name
+        now = time.monotonic()
         for sequence, tokens in emitted:
             job = group.jobs[sequence.index]
             job.steps_by_method[label] += 1
+            if tokens:
+                since = now - (job.arrived if job.last_tokens_at is None else job.last_tokens_at)
+                self.observer.tokens(len(tokens), since, job.last_tokens_at is None)
+                job.last_tokens_at = now
             piece = job.text.push(tokens)
             if piece:
                 job.deliver(Text(piece))
@@ -260,16 +370,20 @@ class BatchingLoop:
                 reason = "length" if sequence.finish_reason == "length" and not job.text.stopped else "stop"
                 self._end(group, job, Finished(reason, _usage(job), self._figures(job)))
 
-    def _end(self, group: _Group, job: Job, event) -> None:
+    def _end(self, group: _Group, job: Job, event: Event) -> None:
         if not job.sequence.done:
             group.batch.remove(job.sequence)
         del group.jobs[job.sequence.index]
         self._finish_count(event, job)
 
-    def _finish_count(self, event, job: Job) -> None:
+    def _finish_count(self, event: Event | None, job: Job) -> None:
+        """``job`` left the loop (``event`` None: cancelled): its slot and setting are free."""
         with self._condition:
             self._running -= 1
+            self._release(job.sampling)
             self.completed += isinstance(event, Finished)
+            self.cancelled += event is None
+        self.observer.ended(job, event)
         if event is not None:
             job.deliver(event)
 

@@ -9,11 +9,15 @@ them learns it at once. ``top_k`` is an extension (llama.cpp's and vLLM's server
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_STOPS = 4  # OpenAI's limit
+MAX_DEPTH = 32  # nesting levels of a body; OpenAI's requests nest five at most
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -98,6 +102,11 @@ class _Sampling(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def token_limit(self) -> int | None:
+        """The new tokens asked for (None: the server's default)."""
+        return self.max_tokens
+
 
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | Annotated[list[str], Field(min_length=1, max_length=1)]
@@ -148,15 +157,20 @@ class ChatCompletionRequest(_Sampling):
 
 
 def parse_request(schema: type[BaseModel], body: bytes) -> BaseModel:
-    """The request ``body`` as ``schema``, or a ``RequestError`` (400) naming the field."""
-    import json
-
+    """The request ``body`` as ``schema``, or a ``RequestError`` (400) naming the field. A
+    body that nests deeper than ``MAX_DEPTH`` or holds a string that is not Unicode text (a
+    lone surrogate such as ``"\\ud800"``, which no tokenizer can encode) is refused first."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise RequestError(400, "We could not parse the JSON body of your request: expected a JSON object.") from None
+    except RecursionError:
+        raise RequestError(400, f"The JSON body nests deeper than {MAX_DEPTH} levels.") from None
+    except UnicodeDecodeError:
+        raise RequestError(400, "The request body is not valid UTF-8 text.") from None
+    except ValueError as error:
+        raise RequestError(400, f"We could not parse the JSON body of your request: {error}.") from None
     if not isinstance(data, dict):
         raise RequestError(400, "The request body must be a JSON object.")
+    _check_text(data)
     try:
         return schema.model_validate(data)
     except ValidationError as error:
@@ -169,6 +183,28 @@ def parse_request(schema: type[BaseModel], body: bytes) -> BaseModel:
             raise RequestError(400, f"Missing required parameter: '{param}'.", param) from None
         message = first["msg"].removeprefix("Value error, ")
         raise RequestError(400, f"Invalid value for '{param}': {message}.", param) from None
+
+
+def _check_text(data: dict) -> None:
+    """Refuse nesting deeper than ``MAX_DEPTH`` and strings (keys too) with a lone surrogate,
+    naming where."""
+    stack = [(data, [], 1)]
+    while stack:
+        value, location, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RequestError(400, f"The JSON body nests deeper than {MAX_DEPTH} levels.", _param(location[:1]))
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and _SURROGATE.search(key):
+                raise RequestError(400, "A field name holds a lone UTF-16 surrogate (not Unicode text).",
+                                   _param(location) or None)
+            if isinstance(item, str):
+                if _SURROGATE.search(item):
+                    where = _param([*location, key])
+                    raise RequestError(400, f"Invalid value for '{where}': a lone UTF-16 surrogate is not Unicode "
+                                       "text.", where)
+            elif isinstance(item, (dict, list)):
+                stack.append((item, [*location, key], depth + 1))
 
 
 def _is_union_branch(part) -> bool:
