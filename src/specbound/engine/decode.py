@@ -50,6 +50,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine.backends import Entries, ForwardScores, LanguageModel
 from specbound.engine.methods import Method, Schedule
+from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.processing import Processing, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
@@ -204,6 +205,7 @@ class Decoder:
         self.drafter = drafter
         self.processing = processing
         self.eos_token_ids = frozenset(int(token) for token in eos_token_ids)
+        self.optimum = OptimumRecorder()  # each verified position's acceptance and α* (engine.optimum)
         self.vocab_size = processing.vocab_size or target.logits_size
         if processing.vocab_size is not None and processing.vocab_size > target.logits_size:
             raise ValueError(f"vocab_size: {processing.vocab_size} exceeds the target's {target.logits_size} logits")
@@ -343,6 +345,8 @@ class Decoder:
                 verifier = method.verifier_at(tree.depths[node], draft_tokens.shape[0])
                 verdict = verifier.verify_torch(target_probs, tree.draft_probs[node][None], draft_tokens[None],
                                                 sequence.generator)
+                self.optimum.record(sequence.stats.optimum, verifier, target_probs, tree.draft_probs[node][None],
+                                    draft_tokens.shape[0])
             token = int(verdict.tokens[0])
             emitted.append(token)
             child = tree.children[node].get(token)

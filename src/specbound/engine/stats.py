@@ -18,6 +18,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from specbound.engine.optimum import OptimumTally
+
 PHASES = ("prefill", "draft", "target", "verify")
 
 
@@ -37,6 +39,7 @@ class RunStats:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_seconds: float = 0.0
     model_seconds: float = 0.0  # inside the target's and the draft's forwards and heads, prefill excluded
+    optimum: OptimumTally = field(default_factory=OptimumTally)  # acceptance and α* per verified position
 
     @contextmanager
     def timed(self, phase: str):
@@ -89,6 +92,7 @@ class RunStats:
             seconds={phase: self.seconds[phase] + other.seconds[phase] for phase in PHASES},
             wall_seconds=self.wall_seconds + other.wall_seconds,
             model_seconds=self.model_seconds + other.model_seconds,
+            optimum=self.optimum.merge(other.optimum),
         )
 
     @property
@@ -151,6 +155,7 @@ class RunStats:
             "wall_seconds": self.wall_seconds,
             "model_seconds": self.model_seconds,
             "outside_models": self.outside_models,
+            "optimum": self.optimum.summary(),
         }
 
 
