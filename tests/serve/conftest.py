@@ -29,8 +29,9 @@ def servers():
                                "--max-batch", "1", "--max-queue", "1", "--drain-seconds", "20"),
         "short_drain": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--max-batch", "1",
                                      "--max-queue", "2", "--drain-seconds", "0.2"),
-        "limits": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8", "--max-batch", "4",
-                                "--max-queue", "4", "--max-settings", "2", "--max-body-bytes", str(LIMIT_BODY_BYTES)),
+        "limits": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8",
+                                "--max-batch", "4", "--max-queue", "4", "--max-settings", "2",
+                                "--max-body-bytes", str(LIMIT_BODY_BYTES)),
     }
     try:
         for process in started.values():

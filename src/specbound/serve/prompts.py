@@ -85,9 +85,9 @@ class PromptEncoder:
         cap = self.context - 1
         counted = len(self.pair.tokenize(text[: cap * PREFIX_CHARACTERS_PER_TOKEN]))
         if counted > cap + PREFIX_SLACK:
-            raise RequestError(400, f"This model's maximum context length is {self.context} tokens; your prompt's first "
-                               f"{cap * PREFIX_CHARACTERS_PER_TOKEN:,} characters alone are {counted:,}.", field,
-                               "context_length_exceeded")
+            raise RequestError(400, f"This model's maximum context length is {self.context} tokens; your "
+                               f"prompt's first {cap * PREFIX_CHARACTERS_PER_TOKEN:,} characters alone are "
+                               f"{counted:,}.", field, "context_length_exceeded")
 
     def _checked_length(self, ids: list[int], field: str) -> list[int]:
         if self.context is not None and len(ids) >= self.context:
