@@ -78,6 +78,27 @@ def folder(text: str) -> str:
     return text
 
 
+class _DefaultText(str):
+    pass
+
+
+class _DefaultList(list):
+    pass
+
+
+def default(value: str | list):
+    """``value`` marked as an option's default: argparse hands a default over as it is (a
+    string one unparsed when the option has no ``type``), so ``given`` tells it apart from
+    the same value given on the command line — to refuse an option only where it was given
+    and another option's choice leaves it unused."""
+    return _DefaultText(value) if isinstance(value, str) else _DefaultList(value)
+
+
+def given(value) -> bool:
+    """Whether an option's value came from the command line, not its ``default``."""
+    return not isinstance(value, (_DefaultText, _DefaultList))
+
+
 def _shown(text: str) -> str:
     """``text`` for a message: repr, cut to 40 characters (a message stays one short line)."""
     return repr(text) if len(text) <= 40 else repr(text[:40]) + f"… ({len(text)} characters)"

@@ -47,8 +47,17 @@ def finite_number(name: str, value, low: float = -math.inf, high: float = math.i
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name}: expected a finite number, got {value!r}")
     if not low <= value <= high:
-        raise ValueError(f"{name}: expected a number in [{low:g}, {high:g}], got {value!r}")
+        raise ValueError(f"{name}: expected {_range_phrase(low, high)}, got {value!r}")
     return float(value)
+
+
+def _range_phrase(low: float, high: float) -> str:
+    """The finite numbers in [low, high] in words, an infinite end left unsaid."""
+    if high == math.inf:
+        return f"a finite number ≥ {low:g}"
+    if low == -math.inf:
+        return f"a finite number ≤ {high:g}"
+    return f"a number in [{low:g}, {high:g}]"
 
 
 def unicode_text(name: str, value) -> str:

@@ -95,3 +95,31 @@ def test_run_help_names_the_default_methods():
     run = dict(every_parser(build_parser()))[("specbound", "run")].format_help()
     assert "autoregressive, chain and tree" not in run
     assert "autoregressive, chain and auto" in " ".join(run.split())
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "hi", "--quiet", "--method", "chain:gamma=2:gamma=3"],
+    ["run", "--methods", "autoregressive,chain:gamma=2:gamma=3"],
+])
+def test_a_method_option_given_twice_is_refused_naming_it(command, no_model_loads, capsys):
+    """The last value won silently."""
+    assert main(command) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and "'gamma' twice" in message and "chain:gamma=2:gamma=3" in message
+
+
+@pytest.mark.parametrize("command", ["generate", "run"])
+@pytest.mark.parametrize("ignored", [["--draft", "other.gguf"], ["--draft-precisions", "int8"]])
+def test_a_draft_model_option_with_the_prompt_lookup_drafter_is_refused(command, ignored, no_model_loads, capsys):
+    """Prompt lookup drafts from the prompt's n-grams: --draft was silently not loaded."""
+    text = ["hi", "--quiet"] if command == "generate" else []
+    assert main([command, *text, "--drafter", "prompt-lookup", *ignored]) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and ignored[0] in message and "--drafter prompt-lookup" in message
+
+
+def test_an_unbounded_range_is_stated_as_such(no_model_loads, capsys):
+    """"a number in [0, inf]" for a check that refuses inf."""
+    assert main(["generate", "hi", "--quiet", "--method", "decoding_opt:epsilon=-1"]) == 2
+    message = capsys.readouterr().err.strip()
+    assert "epsilon: expected a finite number ≥ 0, got -1" in message and "inf" not in message

@@ -64,8 +64,9 @@ def test_same_seed_same_tokens_from_the_command(tiny_dirs, tmp_path):
 
 
 def test_prompt_lookup_drafter_needs_no_draft_model(tiny_dirs, tmp_path):
-    assert run_command(tiny_dirs, tmp_path, "--drafter", "prompt-lookup", "--draft", "missing",
-                       "--methods", "chain") == 0
+    target, _, prompts = tiny_dirs  # no --draft: prompt lookup refuses one (test_cli_errors)
+    assert main(["run", "--target", target, "--prompts", prompts, "--dtype", "float32", "--max-new-tokens", "6",
+                 "--output-dir", str(tmp_path), "--drafter", "prompt-lookup", "--methods", "chain"]) == 0
 
 
 def test_bad_options_are_reported(tiny_dirs, tmp_path, capsys):

@@ -21,7 +21,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     models = parser.add_argument_group("models")
     models.add_argument("--target", default="default-target",
                         help="embedded model name, .gguf file or Hugging Face directory (default default-target)")
-    models.add_argument("--draft", default="default-draft", help="draft model, same forms (default default-draft)")
+    models.add_argument("--draft", default=arguments.default("default-draft"),
+                        help="draft model, same forms (default default-draft)")
     models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
                         help="draft with the draft model or by n-gram prompt lookup")
     models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="the models' dtype (bfloat16)")
@@ -30,7 +31,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "--dtype, or a GGUF file's own types on llama.cpp) or a weight-only int8/int4 copy (CPU only, "
                         "kept in the cache; changes the law being sampled: the target is then the quantised model)"
                         f"{OLD_NAMES_HELP}")
-    models.add_argument("--draft-precisions", type=precisions, default=list(PRECISIONS),
+    models.add_argument("--draft-precisions", type=precisions, default=arguments.default(list(PRECISIONS)),
                         help=f"draft precisions the planner may use, forward by forward, as for --target-precision "
                         f"(default {','.join(PRECISIONS)}; any precision keeps decoding lossless; on llama.cpp or a "
                         f"GPU the draft runs {AS_LOADED}){OLD_NAMES_HELP}")
@@ -81,12 +82,16 @@ def parse_method(text: str, defaults: dict | None = None, option: str = "method"
         raise ValueError(f"{option}: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
     taken = [] if name == "auto" else method_options(name)
     options = {key: value for key, value in (defaults or {}).items() if key in taken and value is not None}
+    given = set()
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key:
             raise ValueError(f"{option}: expected KEY=VALUE after {name!r}, got {pair!r}")
         if key not in taken:
             raise ValueError(f"{option}: {name!r} takes no option {key!r}")
+        if key in given:
+            raise ValueError(f"{option}: {text!r} gives {key!r} twice; give each option once")
+        given.add(key)
         options[key] = _option_value(value)
     if name != "auto":
         build_method(name, **options)
@@ -151,9 +156,23 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
         f"--top-k {largest:,} or less, --temperature 0, or another verifier")
 
 
+def check_drafter_options(args) -> None:
+    """Refuse the draft model's options with ``--drafter prompt-lookup``, which loads no
+    draft model (it drafts from the prompt's n-grams): given, they would be ignored."""
+    if args.drafter != "prompt-lookup":
+        return
+    for flag, value in (("--draft", args.draft), ("--draft-precisions", args.draft_precisions)):
+        if arguments.given(value):
+            raise ValueError(f"{flag.lstrip('-').replace('-', '_')}: {flag} chooses the draft model, which "
+                             "--drafter prompt-lookup does not load (it drafts from the prompt's n-grams); "
+                             f"leave {flag} out or use --drafter model")
+
+
 def load_speculator(args):
     """The ``Speculator`` (``specbound.api``) the model options ask for."""
     import torch
+
+    check_drafter_options(args)
 
     from specbound.api import Speculator
 
