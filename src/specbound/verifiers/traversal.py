@@ -131,18 +131,27 @@ class Traversal(TreeVerifier):
             raise ValueError(f"tree: traversal verification needs sequential draws with known laws "
                              f"{SEQUENTIAL_SCHEMES}, the tree was drafted {tree.draft_scheme}")
 
+    def _walk(self, tree, uniforms) -> TreeVerdict | None:
+        """The walk from the root with the given uniforms: its verdict, None where the root rejected."""
+        return _visit(tree, 0, 1.0, tree.target_probs[0], uniforms)
+
+    def _walk_laws(self, tree, stopped, law) -> float:
+        """The walk from the root on probabilities: fills ``stopped`` [nodes] (and ``law`` [nodes,
+        vocab] unless None) and returns the probability that the root accepts."""
+        return _resolve(tree, 0, 1.0, tree.target_probs[0], 1.0, stopped, law)
+
     def _verify_tree(self, tree, uniforms):
-        verdict = _visit(tree, 0, 1.0, tree.target_probs[0], uniforms)
+        verdict = self._walk(tree, uniforms)
         if verdict is None:
-            raise ZeroResidualError("traversal verification rejected the root; only rounding can do this")
+            raise ZeroResidualError(f"{self.label} rejected the root; only rounding can do this")
         return verdict
 
     def _accepting(self, tree, with_law: bool):
         stopped = np.zeros(tree.num_nodes)
         law = np.zeros((tree.num_nodes, tree.vocab_size)) if with_law else None
-        accepted = _resolve(tree, 0, 1.0, tree.target_probs[0], 1.0, stopped, law)
+        accepted = self._walk_laws(tree, stopped, law)
         if 1.0 - accepted > ROUNDOFF:
-            raise ZeroResidualError(f"traversal verification rejected the root with probability {1 - accepted:.3g}")
+            raise ZeroResidualError(f"{self.label} rejected the root with probability {1 - accepted:.3g}")
         return stopped, law
 
     def _outcome_law(self, tree):

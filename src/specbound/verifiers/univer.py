@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbound.probability import ZeroResidualError
 from specbound.verifiers.base import get_verifier, register_verifier
-from specbound.verifiers.tree import ROUNDOFF, DraftedTree, TreeVerdict, TreeVerifier, emit_from
+from specbound.verifiers.traversal import Traversal
+from specbound.verifiers.tree import DraftedTree, TreeVerdict, TreeVerifier, emit_from
 
 # the one-step plan at a node, by the tree's draft scheme: the best lossless verifier of each
 PLANS = {"with_replacement": "global_resolution", "without_replacement": "rrs_without_replacement",
@@ -103,36 +103,23 @@ def _visit(tree, node, stake, uniforms) -> TreeVerdict | None:
 
 
 @register_verifier
-class UniVer(TreeVerifier):
+class UniVer(Traversal):
     """UniVer [UNIVER] of a drafted tree (module docstring): lossless; block verification on
-    a chain, traversal verification on trees drawn without replacement."""
+    a chain, traversal verification on trees drawn without replacement. Its walk differs from
+    traversal's (``Traversal._walk``, ``_walk_laws``), the rest is shared."""
 
     name = "univer"
     label = "UniVer (scaled one-step plans)"
     scheme = "with_replacement"
 
     def _check_tree(self, tree):
-        super()._check_tree(tree)
+        TreeVerifier._check_tree(self, tree)
         if tree.draft_scheme not in PLANS:
             raise ValueError(f"tree: UniVer has one-step plans for {sorted(PLANS)}, the tree was drafted "
                              f"{tree.draft_scheme}")
 
-    def _verify_tree(self, tree, uniforms):
-        verdict = _visit(tree, 0, 1.0, uniforms)
-        if verdict is None:
-            raise ZeroResidualError("UniVer rejected the root; only rounding can do this")
-        return verdict
+    def _walk(self, tree, uniforms):
+        return _visit(tree, 0, 1.0, uniforms)
 
-    def _accepting(self, tree, with_law: bool):
-        stopped = np.zeros(tree.num_nodes)
-        law = np.zeros((tree.num_nodes, tree.vocab_size)) if with_law else None
-        _resolve(tree, 0, 1.0, 1.0, stopped, law)
-        if abs(1.0 - stopped.sum()) > ROUNDOFF:
-            raise ZeroResidualError(f"UniVer stopped with total probability {stopped.sum():.12g}, not 1")
-        return stopped, law
-
-    def _outcome_law(self, tree):
-        return self._accepting(tree, with_law=True)[1]
-
-    def _stop_probabilities(self, tree):
-        return self._accepting(tree, with_law=False)[0]
+    def _walk_laws(self, tree, stopped, law):
+        return _resolve(tree, 0, 1.0, 1.0, stopped, law)
