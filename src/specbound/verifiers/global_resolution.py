@@ -80,28 +80,29 @@ def resolution_plan(target, draft, num_drafts):
         bounds[i + 1] = bounds[i] + draft[i]
         target_inside[i + 1] = target_inside[i] + target[i]
     least = np.empty(size + 1)  # M_i = min_{j ≥ i} gap_j
-    least[size] = target_inside[size] - bounds[size] ** num_drafts
-    for i in range(size - 1, -1, -1):
-        gap = target_inside[i] - bounds[i] ** num_drafts
-        least[i] = gap if gap < least[i + 1] else least[i + 1]
+    for i in range(size, -1, -1):
+        power = bounds[i]
+        for _ in range(num_drafts - 1):
+            power *= bounds[i]
+        gap = target_inside[i] - power
+        least[i] = gap if i == size or gap < least[i + 1] else least[i + 1]
     accepted = np.empty(size)
     values, own = np.empty(size), np.empty(size)
     for i in range(size):
         accepted[i] = max(0.0, target[i] - (least[i + 1] - least[i]))
         low, high = bounds[i], bounds[i + 1]
-        value, power = 0.0, 1.0
-        for a in range(num_drafts):
-            low_power = 1.0
-            for _ in range(num_drafts - 1 - a):
-                low_power *= low
-            value += power * low_power
+        value, power = 1.0, 1.0  # Horner: v_k = v_(k-1)·lo + hiᵏ gives Σ_{a<n} hiᵃ·loⁿ⁻¹⁻ᵃ
+        for _ in range(num_drafts - 1):
             power *= high
+            value = value * low + power
         values[i] = value
         own[i] = draft[i]  # the slot's mass: q_i, exact where its float bounds round it away
     donor = np.empty(2 * size + 1, dtype=np.int64)
     receiver = np.empty(2 * size + 1, dtype=np.int64)
     length = np.empty(2 * size + 1)
     queue, slack = np.empty(size, dtype=np.int64), np.empty(size)
+    as_donor = np.zeros((size, 2), dtype=np.int64)  # [first, stop) of each position's exchanges
+    as_receiver = np.zeros((size, 2), dtype=np.int64)
     head = tail = count = 0
     for i in range(size - 1, -1, -1):  # from the highest rank down
         spare = own[i] * values[i] - accepted[i]
@@ -109,6 +110,7 @@ def resolution_plan(target, draft, num_drafts):
             queue[tail], slack[tail] = i, spare
             tail += 1
         needed = -spare
+        as_receiver[i, 0] = count
         while needed > 0 and head < tail and own[i] > 0:
             j = queue[head]
             step = values[j] - values[i]
@@ -121,27 +123,23 @@ def resolution_plan(target, draft, num_drafts):
                 continue
             moved = wanted if swapped == wanted / step else swapped * step
             donor[count], receiver[count], length[count] = j, i, swapped
+            if as_donor[j, 1] == 0:  # a donor's exchanges follow one another: it leaves the queue after them
+                as_donor[j, 0] = count
             count += 1
+            as_donor[j, 1] = count
             own[i] -= swapped
             own[j] -= swapped
             slack[head] -= moved
             needed -= moved
             if slack[head] <= 0 or own[j] <= 0:
                 head += 1
+        as_receiver[i, 1] = count
         if least[i] < least[i + 1]:  # a strict decrease of M closes the block
             head = tail
     realised = own * values
     for e in range(count):
         realised[donor[e]] += length[e] * values[receiver[e]]
         realised[receiver[e]] += length[e] * values[donor[e]]
-    as_donor = np.zeros((size, 2), dtype=np.int64)
-    as_receiver = np.zeros((size, 2), dtype=np.int64)
-    for e in range(count - 1, -1, -1):  # each position's exchanges are contiguous in both roles
-        as_donor[donor[e], 0] = e
-        as_receiver[receiver[e], 0] = e
-    for e in range(count):
-        as_donor[donor[e], 1] = e + 1
-        as_receiver[receiver[e], 1] = e + 1
     for i in range(size):
         accepted[i] = min(accepted[i], realised[i])
     return (accepted, realised, own, bounds, values, donor[:count].copy(), receiver[:count].copy(),
