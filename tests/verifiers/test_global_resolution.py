@@ -90,3 +90,24 @@ def test_global_resolution_samples_its_output_law():
     counts = np.bincount(emitted, minlength=target.size)
     standard_error = np.sqrt(law * (1 - law) / draws)
     assert np.all(np.abs(counts / draws - law) <= 4 * standard_error + 1e-12)
+
+
+def test_an_inexact_accepted_mass_costs_acceptance_never_the_target_law(monkeypatch):
+    """Whatever accepted mass ŷ ≤ min(p, z) a plan carries — here 0.7 of the optimal one, as a
+    solve short of its optimum would — the emitted law is p exactly (SPEC.md §4.5, step 5)."""
+    original = ResolutionPlan.__init__
+
+    def shrunk(plan, *arguments):
+        original(plan, *arguments)
+        plan.accepted = 0.7 * plan.accepted
+
+    monkeypatch.setattr(ResolutionPlan, "__init__", shrunk)
+    rng = np.random.default_rng(3)
+    scheme = VERIFIER.draft_scheme
+    for num_drafts in (2, 3):
+        target, draft = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(5))
+        tuples, probs = scheme.joint_law(draft, num_drafts)
+        laws = VERIFIER.output_law(np.tile(target, (len(tuples), 1)), np.tile(draft, (len(tuples), 1)), tuples)
+        np.testing.assert_allclose(probs @ laws, target, atol=1e-12, rtol=0)
+        hits = sum(prob * law[np.unique(drafts)].sum() for prob, law, drafts in zip(probs, laws, tuples))
+        assert hits < VERIFIER.optimum(target[None], draft[None], num_drafts)[0] - 0.05
