@@ -86,17 +86,24 @@ class _DefaultList(list):
     pass
 
 
-def default(value: str | list):
+class _DefaultInt(int):
+    pass
+
+
+_MARKED = {str: _DefaultText, list: _DefaultList, int: _DefaultInt}
+
+
+def default(value: str | list | int):
     """``value`` marked as an option's default: argparse hands a default over as it is (a
     string one unparsed when the option has no ``type``), so ``given`` tells it apart from
     the same value given on the command line — to refuse an option only where it was given
     and another option's choice leaves it unused."""
-    return _DefaultText(value) if isinstance(value, str) else _DefaultList(value)
+    return _MARKED[type(value)](value)
 
 
 def given(value) -> bool:
-    """Whether an option's value came from the command line, not its ``default``."""
-    return not isinstance(value, (_DefaultText, _DefaultList))
+    """Whether an option's value came from the command line: neither a ``default`` nor None."""
+    return value is not None and not isinstance(value, tuple(_MARKED.values()))
 
 
 def _shown(text: str) -> str:

@@ -123,3 +123,19 @@ def test_an_unbounded_range_is_stated_as_such(no_model_loads, capsys):
     assert main(["generate", "hi", "--quiet", "--method", "decoding_opt:epsilon=-1"]) == 2
     message = capsys.readouterr().err.strip()
     assert "epsilon: expected a finite number ≥ 0, got -1" in message and "inf" not in message
+
+
+@pytest.mark.parametrize("methods, flag", [
+    ("autoregressive", ["--gamma", "5"]), ("chain:gamma=4", ["--gamma", "5"]), ("chain,auto", ["-n", "3"]),
+    ("batch", ["--verifier", "greedy"]), ("tree", ["--epsilon", "0.2"]),
+])
+def test_a_method_flag_that_no_chosen_method_uses_is_refused(methods, flag, no_model_loads, capsys):
+    """``run``'s flags fill the options an entry of --methods leaves out; one that fills none was ignored."""
+    assert main(["run", "--methods", methods, *flag]) == 2
+    message = capsys.readouterr().err.strip()
+    assert message.count("\n") == 0 and flag[0] in message and "none of --methods" in message
+
+
+def test_a_method_flag_that_a_chosen_method_uses_is_taken(no_model_loads, capsys):
+    with pytest.raises(no_model_loads):
+        main(["run", "--methods", "chain:gamma=4,tree", "--depth", "3", "-n", "2", "--debug"])

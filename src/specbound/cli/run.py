@@ -37,7 +37,7 @@ def parse_methods(args) -> dict[str, tuple[str, dict]]:
     """Label → (name, options) of each entry of ``--methods`` (``decoding.parse_method``'s
     ``NAME:KEY=VALUE`` form; ``--gamma``, ``-n``, ``--depth``, ``--verifier`` and
     ``--epsilon`` fill the options an entry leaves out). Two entries naming the same method
-    are refused."""
+    are refused, and so is a flag given that fills no entry's option (it would be ignored)."""
     from specbound.engine.methods import build_method
 
     entries = [entry.strip() for entry in args.methods.split(",") if entry.strip()]
@@ -45,15 +45,24 @@ def parse_methods(args) -> dict[str, tuple[str, dict]]:
         raise ValueError(f"methods: expected a comma-separated list of methods, got {args.methods!r}")
     defaults = {"gamma": args.gamma, "num_drafts": args.num_drafts, "depth": args.depth, "verifier": args.verifier,
                 "epsilon": args.epsilon}
-    methods, entry_of = {}, {}
+    methods, entry_of, filled = {}, {}, set()
     for entry in entries:
         name, options = parse_method(entry, defaults, option="methods")
+        filled |= options.keys() - parse_method(entry, option="methods")[1].keys()
         label = "auto" if name == "auto" else build_method(name, **options).name
         if label in methods:
             raise ValueError(f"methods: {entry_of[label]!r} and {entry!r} name one method ({label}) twice; "
                              "give each once in --methods")
         methods[label], entry_of[label] = (name, options), entry
+    for key, value in defaults.items():
+        if arguments.given(value) and key not in filled:
+            raise ValueError(f"{key}: {METHOD_FLAGS[key]} fills an option that none of --methods {args.methods!r} "
+                             f"leaves to it; leave it out, or add a method that takes {key}")
     return methods
+
+
+METHOD_FLAGS = {"gamma": "--gamma", "num_drafts": "-n/--num-drafts", "depth": "--depth", "verifier": "--verifier",
+                "epsilon": "--epsilon"}
 
 
 def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
@@ -192,10 +201,11 @@ def _add_options(parser) -> None:
                           f"(default {DEFAULT_METHODS}); the flags below fill the options an entry leaves out")
     decoding.add_argument("--verifier", default=None,
                           help="multi-draft verifier of the tree method (default rrs_without_replacement)")
-    decoding.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=2,
+    decoding.add_argument("-n", "--num-drafts", type=arguments.positive_int, default=arguments.default(2),
                           help="drafts per node (tree, batch)")
-    decoding.add_argument("--depth", type=arguments.positive_int, default=2, help="tree depth")
-    decoding.add_argument("--gamma", type=arguments.positive_int, default=3, help="lookahead of chain, batch, decoding_*")
+    decoding.add_argument("--depth", type=arguments.positive_int, default=arguments.default(2), help="tree depth")
+    decoding.add_argument("--gamma", type=arguments.positive_int, default=arguments.default(3),
+                          help="lookahead of chain, batch, decoding_*")
     decoding.add_argument("--epsilon", type=arguments.number(0.0), default=None,
                           help="ε of decoding_opt/uno (default 0.1)")
     add_sampling_arguments(parser, max_new_tokens=64)
