@@ -33,6 +33,14 @@ def check_figures(response_like: dict, completion_tokens: int) -> None:
     assert figures["tokens_per_target_call"] == pytest.approx(completion_tokens / figures["target_calls"])
     assert 0 <= figures["accepted_drafts"] <= figures["drafted_tokens"]
     assert figures["acceptance_rate"] is None or 0 <= figures["acceptance_rate"] <= 1
+    assert len(figures["token_ids"]) == completion_tokens
+    counted = figures["optimum_positions"]
+    assert counted["positions"] == (0 if figures["acceptance_rate"] is None else counted["positions"])
+    if counted["computed"]:
+        assert 0 <= figures["expected_acceptance"] <= figures["optimal_acceptance"] + 1e-9 <= 1 + 1e-9
+        assert figures["acceptance_gap"] == pytest.approx(figures["optimal_acceptance"] - figures["expected_acceptance"])
+    else:
+        assert figures["expected_acceptance"] is None and figures["acceptance_gap"] is None
 
 
 def test_a_seeded_completion_is_what_generate_gives_with_that_seed(client, speculator):

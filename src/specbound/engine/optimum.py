@@ -56,13 +56,14 @@ class OptimumTally:
                                    "optimal_acceptance": self._error(self.optima), "acceptance_gap": self._error(gaps)},
                 "positions": self.positions, "computed": computed, "seconds": self.seconds}
 
-    def _error(self, values) -> float:
-        """s/√m · √(1 − m/N): a sample of m of the N positions, drawn without replacement."""
+    def _error(self, values) -> float | None:
+        """s/√m · √(1 − m/N): a sample of m of the N positions, drawn without replacement
+        (None where a single value of several gives no estimate: the figures go into JSON)."""
         computed = len(values)
         if computed >= self.positions:
             return 0.0
         if computed < 2:
-            return math.nan
+            return None
         return float(np.std(values, ddof=1) / math.sqrt(computed) * math.sqrt(1 - computed / self.positions))
 
 

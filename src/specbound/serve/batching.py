@@ -14,10 +14,12 @@ identically to the target's and the draft's logits inside the decoder and its dr
 their ``Sampling``, each group one ``Batch`` of its own decoder (over the same loaded
 models), and the loop steps the groups in turn. Requests that share a setting — the common
 case, a client's defaults — decode together. The settings *in use* (with a running or waiting
-request) are bounded by ``max_settings``, each costing a decoder with its caches (for ``auto``
-also a planner and the draft's quantised copies): a setting whose last request ended is
-released (its decoder with it), except the server's default; a new setting while
-``max_settings`` others are in use is refused for now (``SettingsBusy``).
+request) are bounded by ``max_settings``: a new setting while ``max_settings`` others are in
+use is refused for now (``SettingsBusy``), and a setting whose last request ended no longer
+counts. Each setting costs a decoder with its caches (for ``auto`` also a planner and the
+draft's quantised copies): an idle setting's group is kept for its next request until a new
+setting needs the room — at most ``max_settings`` groups besides the default's, the least
+recently used idle one forgotten first (``Speculator.release_decoder``).
 
 **Same seed, same tokens.** A request's randomness comes from its own generator, seeded by
 its ``seed`` (or drawn from the server's seed sequence), so with a ``seed`` it gets the
@@ -283,12 +285,10 @@ class BatchingLoop:
                 admitted = []
             for job in admitted:
                 self._admit(job)
-            for sampling, group in list(self._groups.items()):
+            for group in list(self._groups.values()):
                 self._drop_cancelled(group)
                 if group.batch.sequences:
                     self._step(group)
-                if not group.jobs:
-                    self._release_group(sampling)
         self._end_all(SHUT_DOWN)
 
     def _end_all(self, message: str) -> None:
@@ -297,19 +297,25 @@ class BatchingLoop:
                 self._end(group, job, Failed(503, message))
 
     def _group(self, sampling: Sampling) -> _Group:
-        group = self._groups.get(sampling)
+        group = self._groups.pop(sampling, None)
         if group is None:
+            self._forget_idle()
             decoder, plan = self.speculator.decoder_for(sampling, self.method, self.options)
-            group = self._groups[sampling] = _Group(decoder, plan, decoder.start(plan))
+            group = _Group(decoder, plan, decoder.start(plan))
+        self._groups[sampling] = group  # last: the most recently used
         return group
 
-    def _release_group(self, sampling: Sampling) -> None:
-        """Forget the decoder of a setting no request uses (not the server's default)."""
+    def _forget_idle(self) -> None:
+        """Make room for a new setting's group: while ``max_settings`` groups besides the
+        default's are kept, forget the least recently used one no request uses, its decoder
+        with it."""
         with self._condition:
-            if sampling in self._in_use or sampling == self.default:
-                return
-        del self._groups[sampling]
-        self.speculator.release_decoder(sampling, self.method, self.options)
+            idle = [sampling for sampling, group in self._groups.items()
+                    if not group.jobs and sampling not in self._in_use and sampling != self.default]
+        kept = len(self._groups) - (self.default in self._groups)
+        for sampling in idle[: max(0, kept - self.max_settings + 1)]:
+            del self._groups[sampling]
+            self.speculator.release_decoder(sampling, self.method, self.options)
 
     def _admit(self, job: Job) -> None:
         if job.cancelled:  # its client left between the queue and here
@@ -388,7 +394,8 @@ class BatchingLoop:
             job.deliver(event)
 
     def _figures(self, job: Job) -> dict:
-        """The ``specbound`` object of a response: what decoded it and how speculation did."""
+        """The ``specbound`` object of a response: what decoded it, how speculation did beside
+        the optimum for the same drafts, and the new tokens' ids."""
         stats = job.sequence.stats
         steps = sum(job.steps_by_method.values())
         verified = sum(stats.attempts_by_position)
@@ -401,7 +408,18 @@ class BatchingLoop:
             "drafted_tokens": sum(stats.tree_sizes),
             "accepted_drafts": sum(stats.accepted_lengths),
             "acceptance_rate": stats.acceptance_rate if verified else None,
+            **_optimum_figures(stats.optimum.summary()),
+            "token_ids": list(job.sequence.new_tokens),  # what ``specbound audit`` reads
         }
+
+
+def _optimum_figures(summary: dict) -> dict:
+    """The verifier's exact acceptance and α* for the same drafts, means over the verified
+    positions, and their gap (``engine.optimum``); ``optimum_positions``: how many were
+    computed of how many, their standard errors and seconds."""
+    figures = {key: summary[key] for key in ("expected_acceptance", "optimal_acceptance", "acceptance_gap")}
+    return figures | {"optimum_positions": {key: summary.get(key) for key in
+                                            ("positions", "computed", "standard_error", "seconds")}}
 
 
 def _usage(job: Job) -> dict:
