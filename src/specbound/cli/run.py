@@ -3,7 +3,9 @@
 With no arguments: the embedded default pair (Qwen2.5-Coder 1.5B target, 0.5B draft), four
 built-in instructions, temperature 0.7, methods autoregressive, chain and auto (the planner:
 ``specbound.engine.planner``). Prints a table (tokens/s, speedup over autoregressive, tokens
-per target call, acceptance), auto's plan with its predicted and measured tokens/s, writes
+per target call, the acceptance measured, and beside it the verifier's exact acceptance and
+the optimum α* for the same drafts with their gap: means over the verified positions,
+``engine.optimum``), auto's plan with its predicted and measured tokens/s, writes
 one JSONL record per (prompt, method) as it finishes and a PNG plot, and prints the text
 generated for one prompt. Same seed, same tokens.
 """
@@ -83,6 +85,7 @@ def summary_rows(totals: dict[str, RunStats]) -> list[dict]:
             "speedup": speedup,
             "tokens_per_target_call": stats.tokens_per_target_call,
             "acceptance": stats.acceptance_rate if stats.attempts_by_position else None,
+            "optimum": stats.optimum.summary(),  # the exact acceptance and α* for the same drafts (engine.optimum)
             "seconds": stats.seconds,
         })
     return rows
@@ -150,9 +153,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"{len(prompts)} prompts, up to {args.max_new_tokens} new tokens, temperature "
           f"{args.temperature}, seed {args.seed}, drafter {args.drafter}")
     print(format_table(
-        ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance"],
+        ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance", "exact", "optimum α*", "gap"],
         [[row["method"], row["tokens"], _shown(row["tokens_per_second"], 2), _shown(row["speedup"], 2, "×"),
-          _shown(row["tokens_per_target_call"], 2), _shown(row["acceptance"], 3)] for row in rows],
+          _shown(row["tokens_per_target_call"], 2), _shown(row["acceptance"], 3),
+          *(_shown(row["optimum"][key], 3) for key in ("expected_acceptance", "optimal_acceptance", "acceptance_gap"))]
+         for row in rows],
     ))
     for row in rows:
         if "plan" in row:
