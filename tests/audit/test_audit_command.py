@@ -64,6 +64,11 @@ def test_our_engine_in_process_passes_and_saves_its_record(pair_folders, tmp_pat
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_transformers_assisted_generation_passes(pair_folders, tmp_path, capsys):
+    assert main(command(pair_folders, "transformers:assisted", tmp_path, "--top-k", "3")) == 0
+    assert capsys.readouterr().out.startswith("PASSED: transformers:assisted")
+
+
 class Endpoint:
     """An OpenAI-compatible ``/v1/completions`` on a loopback port, answering with ``reply(body)``."""
 
