@@ -14,8 +14,8 @@ for every verifier that applies:
 - ``block`` on chains (§7.1);
 - ``traversal`` everywhere (§7.2; on a chain it *is* block verification);
 - ``univer`` everywhere (§7.5; block verification on a chain, traversal on trees drawn without
-  replacement — the study's trees, so its column checks that identity on real rows; its gain is
-  on i.i.d. trees, the engine's ``tree:verifier=univer``);
+  replacement, so its column checks that identity on real rows; its gain is on i.i.d. trees,
+  ``iid_trees``, drafted with replacement and decided by UniVer, where token-wise is RRS);
 next to the realised accepted count of the verifier that decided (``decide``: the multi-step
 one, block or traversal, by default; or the token-wise one) and the tree's size; each unit
 also records the realised tokens per target call. The verifiers are compared **paired**: on
@@ -54,8 +54,10 @@ from specbound.engine.methods import Method, build_method
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
-from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, mapping_of, optional
-from specbound.studies.traces import GENERATION_FIELDS, Trace, checked_generation_settings, generation_summary
+from specbound.studies.records import (INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of,
+                                       optional)
+from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, Trace, checked_generation_settings,
+                                      generation_summary)
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
@@ -67,27 +69,28 @@ DECIDERS = ("multistep", "tokenwise")
 @dataclass(frozen=True)
 class MultistepConfig:
     """One decoding configuration: a chain (``size`` = ``depth`` = γ), a tree (``size`` = n
-    drafts per node, ``depth`` = d levels) or a budgeted sparse tree (``size`` = its node
-    budget, ``depth`` = its largest depth)."""
+    drafts per node, ``depth`` = d levels; drawn without replacement, or i.i.d. for "iid_tree")
+    or a budgeted sparse tree (``size`` = its node budget, ``depth`` = its largest depth)."""
 
-    kind: str  # "chain", "tree" or "sparse"
+    kind: str  # "chain", "tree", "iid_tree" or "sparse"
     size: int
     depth: int
 
     @property
     def label(self) -> str:
         return {"chain": f"chain γ={self.depth}", "tree": f"tree {self.size}×{self.depth}",
+                "iid_tree": f"i.i.d. tree {self.size}×{self.depth}",
                 "sparse": f"sparse {self.size}/{self.depth}"}[self.kind]
 
     @property
     def tokenwise(self) -> str:
         """The token-wise verifier of these drafts."""
-        return "single" if self.kind == "chain" else "rrs_without_replacement"
+        return {"chain": "single", "iid_tree": "rrs"}.get(self.kind, "rrs_without_replacement")
 
     @property
     def multistep(self) -> str:
         """The multi-step verifier of these drafts."""
-        return "block" if self.kind == "chain" else "traversal"
+        return {"chain": "block", "iid_tree": "univer"}.get(self.kind, "traversal")
 
     @property
     def verifiers(self) -> dict[str, str]:
@@ -98,13 +101,13 @@ class MultistepConfig:
 
     @property
     def scheme(self) -> str:
-        return "with_replacement" if self.kind == "chain" else "without_replacement"
+        return "with_replacement" if self.kind in ("chain", "iid_tree") else "without_replacement"
 
     def method(self, decide: str) -> Method:
         verifier = self.multistep if decide == "multistep" else self.tokenwise
         if self.kind == "chain":
             return build_method("chain", gamma=self.depth, verifier=verifier)
-        if self.kind == "tree":
+        if self.kind in ("tree", "iid_tree"):
             return build_method("tree", num_drafts=self.size, depth=self.depth, verifier=verifier)
         return build_method("sparse", budget=self.size, depth=self.depth, verifier=verifier)
 
@@ -115,10 +118,12 @@ class MultistepConfig:
         return (1 if self.kind == "chain" else self.size,) * depth
 
 
-def multistep_configs(gammas, trees, sparse) -> list[MultistepConfig]:
-    """Chains, then trees (n, d), then sparse trees (budget, depth), each checked."""
+def multistep_configs(gammas, trees, sparse, iid_trees=()) -> list[MultistepConfig]:
+    """Chains, then trees (n, d), then i.i.d. trees (n, d), then sparse trees (budget, depth), each checked."""
     configs = [MultistepConfig("chain", positive_int("gammas", gamma), gamma) for gamma in gammas]
     configs += [MultistepConfig("tree", positive_int("trees", n), positive_int("trees", d)) for n, d in trees]
+    configs += [MultistepConfig("iid_tree", positive_int("iid_trees", n), positive_int("iid_trees", d))
+                for n, d in iid_trees]
     configs += [MultistepConfig("sparse", positive_int("sparse", b), positive_int("sparse", d)) for b, d in sparse]
     if not configs:
         raise ValueError("gammas, trees, sparse: expected at least one configuration")
@@ -242,6 +247,7 @@ class MultistepStudy(Study):
              "depth": INTEGER, "decide": TEXT, "verifiers": mapping_of(TEXT), "decided_by": TEXT, "optimum": TEXT,
              **GENERATION_FIELDS},
         key=("step",),
+        settings={**GENERATION_SETTINGS, "configs": list_of(TEXT), "decide": TEXT, "optimum_limit": INTEGER},
     )
 
     def __init__(
@@ -251,6 +257,7 @@ class MultistepStudy(Study):
         gammas=(2, 4),
         trees=((2, 2), (3, 3)),
         sparse=(),
+        iid_trees=(),
         decide: str = "multistep",
         optimum_limit: int = DEFAULT_OPTIMUM_LIMIT,
         top_k: int | None = None,
@@ -258,7 +265,7 @@ class MultistepStudy(Study):
     ):
         self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.max_new_tokens = max_new_tokens
-        self.configs = multistep_configs(gammas, trees, sparse)
+        self.configs = multistep_configs(gammas, trees, sparse, iid_trees)
         if decide not in DECIDERS:
             raise ValueError(f"decide: expected one of {', '.join(DECIDERS)}, got {decide!r}")
         self.decide = decide
@@ -273,6 +280,9 @@ class MultistepStudy(Study):
                             default=[(2, 2), (3, 3)],
                             help="trees NxD: N drafts per node (without replacement), D levels "
                             "(default 2x2,3x3; 'none': no trees)")
+        parser.add_argument("--iid-trees", type=_option_list(_pair_of_positives("x"), "2x2"), default=[],
+                            help="trees NxD drafted i.i.d. (with replacement), decided by UniVer with Global "
+                            "Resolution plans; token-wise RRS and traversal on the same trees (default none)")
         parser.add_argument("--sparse", type=_option_list(_pair_of_positives("/"), "8/4"), default=[],
                             help="budgeted sparse trees BUDGET/DEPTH (width 4, at most 4 children a node; "
                             "default none)")
@@ -285,7 +295,8 @@ class MultistepStudy(Study):
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> MultistepStudy:
-        return cls(gammas=args.gammas, trees=args.trees, sparse=args.sparse, decide=args.decide,
+        return cls(gammas=args.gammas, trees=args.trees, sparse=args.sparse, iid_trees=args.iid_trees,
+                   decide=args.decide,
                    optimum_limit=args.optimum_limit, **generation)
 
     def settings(self) -> dict:
@@ -297,7 +308,8 @@ class MultistepStudy(Study):
             "optimum_limit": self.optimum_limit,
             "top_k": self.top_k,
             "top_p": self.top_p,
-            "generation": "engine; drafts once per step (chains one draw a node, trees without replacement), "
+            "generation": "engine; drafts once per step (chains one draw a node, trees without replacement, "
+            "i.i.d. trees with it), "
             "every verifier's exact E[accepted | drafted tree] on the same steps",
         }
 

@@ -135,6 +135,8 @@ def _figures(rows: list[dict]) -> list[tuple[str, list, str]]:
     ):
         if family:
             labels = {key: get_verifier(name).label for key, name in family[0]["verifiers"].items()}
+            if len({row["verifiers"]["tokenwise"] for row in family}) > 1:  # i.i.d. trees beside the others
+                labels["tokenwise"] = "RRS of each tree's draft scheme"
             panels.append((xlabel, x_values, {("token-wise: " if key == "tokenwise" else "") + label:
                                               _curve(family, key) for key, label in labels.items()}, {}))
     figures = [("verifiers", panels,
@@ -163,8 +165,9 @@ def multistep_report(results: StudyResults, figure_dir: Path) -> list:
             "number of accepted drafts E[τ | tree] of each verifier is computed from the target and draft rows of "
             "its nodes (SPEC.md §7.3): token-wise (speculative sampling on chains, RRS without replacement on trees), "
             "block verification (chains), traversal verification (on a chain it is block verification) and "
-            "UniVer (SPEC.md §7.5: block verification on a chain, traversal on these trees drawn without "
-            "replacement, so its column checks that identity; it gains on i.i.d. trees). Means "
+            "UniVer (SPEC.md §7.5: block verification on a chain, traversal on trees drawn without replacement, so "
+            "its column checks that identity there; on the i.i.d. trees, drafted with replacement and decided by "
+            "UniVer with Global Resolution plans, token-wise is RRS). Means "
             "per drafted step ± one standard error over prompts; the differences are paired (same steps). "
             "'Realised' is the accepted count of the verifier the engine followed, which E[τ | tree] of that "
             "verifier estimates without the sampling noise; tokens per target call are the engine's."
