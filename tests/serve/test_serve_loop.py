@@ -6,7 +6,6 @@ admission fills every batch slot and queue place."""
 from __future__ import annotations
 
 import queue
-import time
 
 import pytest
 
@@ -67,24 +66,25 @@ def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
 def test_a_sampling_setting_in_use_bounds_new_ones_and_is_released_when_its_requests_end(speculator):
     """Two settings in use (three requests, not yet decoding) with max_settings 2: a third
     setting is refused for now, a request of a setting in use is not; once the requests end,
-    the third setting is taken, and after it ends no setting or batch is kept."""
+    the third and a fourth setting are served one after the other, and no more than two
+    settings' batches are kept."""
     loop = BatchingLoop(speculator, "chain", {"gamma": 3}, max_batch=4, max_queue=8, max_settings=2)
-    first, second, third = queue.Queue(), queue.Queue(), queue.Queue()
+    first, second = queue.Queue(), queue.Queue()
     loop.submit(job(0.1, 0, first))
     loop.submit(job(0.2, 0, second))
     loop.submit(job(0.1, 1, second))  # a setting in use
     with pytest.raises(SettingsBusy):
-        loop.submit(job(0.3, 0, third))
+        loop.submit(job(0.3, 0, queue.Queue()))
     loop.start()
     try:
         assert all(isinstance(outcome(events), Finished) for events in (first, second, second))
         assert loop.health()["settings"] == 0
-        loop.submit(job(0.3, 0, third))
-        assert isinstance(outcome(third), Finished)
-        deadline = time.monotonic() + WAIT_SECONDS
-        while loop.health()["groups"] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert loop.health()["groups"] == loop.health()["settings"] == 0
+        for temperature in (0.3, 0.4):
+            later = queue.Queue()
+            loop.submit(job(temperature, 0, later))
+            assert isinstance(outcome(later), Finished)
+            assert loop.health()["groups"] == 2
+        assert loop.health()["settings"] == 0
     finally:
         loop.stop(10)
 

@@ -9,11 +9,17 @@ connections and waits for the responses in flight; the decoding loop is told to 
 the same moment (``BatchingLoop.drain``), so that when ``drain_seconds`` are up it ends every
 unfinished request itself — a stream with an error event and ``[DONE]``, its body
 terminated — before uvicorn's own deadline (``DRAIN_GRACE`` later) would cut connections.
+
+Before serving, the objects loaded so far (models, tokenizer, libraries: millions) are
+frozen out of the garbage collector's reach (``gc.freeze``): a full collection would
+otherwise walk them all, stopping every thread — ``/health`` included — for a large part of
+a second.
 """
 
 from __future__ import annotations
 
 import errno
+import gc
 import socket
 from typing import TYPE_CHECKING
 
@@ -53,6 +59,8 @@ def run(app, loop: BatchingLoop, listener: socket.socket, drain_seconds: float, 
             loop.drain(drain_seconds)
             await super().shutdown(sockets)
 
+    gc.collect()
+    gc.freeze()  # what is loaded stays: a full collection while serving scans only what came after
     host, port = listener.getsockname()[:2]
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=drain_seconds + DRAIN_GRACE)
