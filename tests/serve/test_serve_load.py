@@ -1,8 +1,8 @@
 """One server under mixed load for a bounded time: normal requests (streaming and not,
-completions and chat) interleaved with bodies over the size limit, clients that disconnect
-mid-request and requests each with a sampling setting never seen before. Every normal
-request is answered whole; every other gets its expected answer (413; 200) or none (it
-left); nothing answers 500; ``/health``, probed all along, answers every time in under
+completions and chat) interleaved with bodies over the size limit or prompts far over the
+context, clients that disconnect mid-request and requests each with a sampling setting never
+seen before. Every normal request is answered whole; every other gets its expected answer (413 or 400; 200) or none
+(it left); nothing answers 500; ``/health``, probed all along, answers every time in under
 0.1 s; afterwards nothing is left running or waiting, no more settings' batches are kept than
 the limit allows, and the server's resident memory is within 10% of what it was after a
 warm-up."""
@@ -54,9 +54,12 @@ async def normal(http: httpx.AsyncClient, number: int) -> None:
 
 
 async def oversized(http: httpx.AsyncClient, number: int) -> None:
-    body = b'{"model": "tiny-test-pair", "prompt": "' + b"red " * (LIMIT_BODY_BYTES * (1 + number % 16) // 4) + b'"}'
+    """A body over the limit (413), or within it with a prompt far over the context (400)."""
+    words = LIMIT_BODY_BYTES * (1 + number % 16) // 4 if number % 2 else LIMIT_BODY_BYTES // 5
+    body = b'{"model": "tiny-test-pair", "prompt": "' + b"red " * words + b'"}'
     response = await http.post("/v1/completions", content=body, headers={"Content-Type": "application/json"})
-    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+    expected = (413, "request_too_large") if number % 2 else (400, "context_length_exceeded")
+    assert (response.status_code, response.json()["error"]["code"]) == expected
 
 
 async def disconnecting(http: httpx.AsyncClient, number: int) -> None:
