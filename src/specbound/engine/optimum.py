@@ -83,7 +83,10 @@ class OptimumRecorder:
     @property
     def rate(self) -> float:
         """The share of positions to compute: 1 until a cost is known, then as much as the
-        budget allows: budget × (decoding seconds per position) / (seconds per computation)."""
+        budget allows: budget × (decoding seconds per position) / (seconds per computation);
+        0 with a budget of 0 (nothing recorded)."""
+        if self.budget <= 0:
+            return 0.0
         if not self.computed or self.computing_seconds <= 0:
             return 1.0
         per_position = self.decoding_seconds / self.positions
