@@ -26,8 +26,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from specbound.engine.processing import Sampling
-from specbound.serve.batching import BatchingLoop, Event, Failed, Finished, Job, Overloaded, SettingsBusy, Text, \
-    Unavailable
+from specbound.serve.batching import (BatchingLoop, Event, Failed, Finished, Job, Overloaded, SettingsBusy, Text,
+                                      Unavailable)
 from specbound.serve.prompts import PromptEncoder
 from specbound.serve.schemas import ChatCompletionRequest, CompletionRequest, RequestError, error_body, parse_request
 from specbound.serve.sse import Reply, failure_body
@@ -109,8 +109,7 @@ class RequestHandling:
         self._submit(job)
         reply = Reply(self.settings.model_name, endpoint.chat)
         if body.stream:
-            return StreamingResponse(self._stream(job, events, reply, body.include_usage),
-                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            return _EventStream(reply.events(events.get, body.include_usage), lambda: self.loop.cancel(job))
         return await self._collect(request, job, events, reply)
 
     async def _body(self, request: Request) -> bytes:
@@ -193,9 +192,17 @@ class RequestHandling:
         finally:
             self.loop.cancel(job)  # a client gone (no-op once the request ended)
 
-    async def _stream(self, job: Job, events: asyncio.Queue[Event], reply: Reply, include_usage: bool):
+
+class _EventStream(StreamingResponse):
+    """Server-sent events whose request is cancelled however the response ends: a client gone
+    mid-stream, or before the first event was sent (no-op once the request ended)."""
+
+    def __init__(self, events, cancel):
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._cancel = cancel
+
+    async def __call__(self, scope, receive, send) -> None:
         try:
-            async for event in reply.events(events.get, include_usage):
-                yield event
+            await super().__call__(scope, receive, send)
         finally:
-            self.loop.cancel(job)  # a client gone mid-stream (no-op once the request ended)
+            self._cancel()
