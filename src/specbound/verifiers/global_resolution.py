@@ -191,9 +191,8 @@ class GlobalResolution(Verifier):
     label = "Global Resolution (i.i.d., optimal)"
     scheme = "with_replacement"  # attains_optimum stays False: Σ min(p, z) is computed, α* up to rounding
 
-    def _plans(self, target, draft, num_drafts, order=None):
-        order = scan_order(target, draft) if order is None else order
-        return [ResolutionPlan(o, t, d, num_drafts) for o, t, d in zip(order, target, draft)]
+    def _plans(self, target, draft, num_drafts):
+        return [ResolutionPlan(o, t, d, num_drafts) for o, t, d in zip(scan_order(target, draft), target, draft)]
 
     def _verify(self, target, draft, tokens, uniforms):
         emitted = np.empty(tokens.shape[0], dtype=np.int64)
@@ -228,9 +227,17 @@ class GlobalResolution(Verifier):
         return laws
 
     def acceptance_rate_of(self, rows: RowPairs, num_drafts: int) -> np.ndarray:
-        """``acceptance_rate`` of checked rows, from their scan order.  # -> [batch]"""
+        """``acceptance_rate`` of checked rows, from the rows they hold in scan order.  # -> [batch]"""
         self.check_num_drafts(num_drafts, support=rows.support)
-        return self._acceptance_rate(rows.target, rows.draft, num_drafts, rows.scan_order)
+        return _accepted_totals(rows.target_in_scan_order, rows.draft_in_scan_order, num_drafts)
 
-    def _acceptance_rate(self, target, draft, num_drafts, order=None):
-        return np.array([plan.accepted.sum() for plan in self._plans(target, draft, num_drafts, order)])
+    def _acceptance_rate(self, target, draft, num_drafts):
+        order = scan_order(target, draft)
+        return _accepted_totals(np.take_along_axis(target, order, axis=1), np.take_along_axis(draft, order, axis=1),
+                                num_drafts)
+
+
+def _accepted_totals(target_in_order, draft_in_order, num_drafts):
+    """Σ min(y, z) of each row's plan, the rows given in scan order.  # [batch, vocab] x2 -> [batch]"""
+    rows = (np.ascontiguousarray(rows, dtype=np.float64) for rows in (target_in_order, draft_in_order))
+    return np.array([resolution_plan(t, d, num_drafts)[0].sum() for t, d in zip(*rows)])
