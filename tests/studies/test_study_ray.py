@@ -9,6 +9,7 @@ and each worker process ~5 s, its imports and the tiny pair, before a unit is de
 ``python -m pytest -m slow tests/studies/test_study_ray.py``. The fast suite keeps the
 command line's side of ``--ray``, which starts no instance."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -25,14 +26,12 @@ from specbound.studies.report import write_report
 from specbound.studies.runner import run_pending, run_study
 from study_fixtures import tiny_pair, tiny_prompts
 
-try:
-    import ray
-except ImportError:
-    ray = None
+RAY_INSTALLED = importlib.util.find_spec("ray") is not None  # ray itself is imported by the slow tests only
+
 
 def on_ray(test):
     """A test on a local Ray instance: slow (module docstring), skipped without ray."""
-    needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed (pip install -e '.[distributed]')")
+    needs_ray = pytest.mark.skipif(not RAY_INSTALLED, reason="ray is not installed (pip install -e '.[distributed]')")
     return pytest.mark.slow(needs_ray(test))
 OPTIONS = {"temperatures": (0.8, 1.0), "num_drafts": (2,), "max_new_tokens": 5}
 TESTS = Path(__file__).resolve().parents[1]
@@ -42,6 +41,8 @@ TESTS = Path(__file__).resolve().parents[1]
 def local_ray():
     """Two CPUs, a small object store, no dashboard; the workers import the test modules
     (the tiny pair's factory, the studies below) from the test folders."""
+    import ray
+
     path = os.pathsep.join(filter(None, [str(TESTS / "engine"), str(TESTS / "studies"), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
