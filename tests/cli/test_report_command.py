@@ -38,7 +38,7 @@ def test_records_of_another_study_type_are_refused_naming_the_folder(acceptance_
     assert main(["report", str(tmp_path / "results")]) == 2
     message = capsys.readouterr().err.strip()
     assert "Traceback" not in message and message.count("\n") == 0
-    assert f"{copy / 'records.jsonl'} line 1: no 'config'" in message and "record of the bias study" in message
+    assert f"{copy / 'settings.json'}: no 'epsilons'" in message and "settings of every bias study" in message
 
 
 def test_records_without_a_kind_are_refused_saying_so(acceptance_results, tmp_path, capsys):
@@ -136,3 +136,17 @@ def test_a_file_or_folder_where_the_report_writes_is_refused_naming_it(acceptanc
         path.write_text("not a folder")
     message = refusal(tmp_path, capsys)
     assert str(path) in message and "move it away" in message
+
+
+@pytest.mark.parametrize("field, value, kind", [
+    ("models", 5, "not an object"), ("temperatures", "x", "not a list of numbers"), ("seed", "0", "not an integer"),
+    ("num_drafts", ["2"], "not a list of integers"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_naming_the_file(acceptance_results, tmp_path, capsys, field, value,
+                                                                 kind):
+    """models = 5 ended in an internal error (AttributeError), temperatures = "x" in a TypeError."""
+    copy = copy_of(acceptance_results, tmp_path)
+    settings = json.loads((copy / "settings.json").read_text())
+    (copy / "settings.json").write_text(json.dumps({**settings, field: value}))
+    message = refusal(tmp_path, capsys)
+    assert f"{copy / 'settings.json'}: {field!r} is" in message and kind in message

@@ -73,8 +73,8 @@ from specbound.studies.acceptance_report import (ablation_table, acceptance_repo
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of
-from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
-                                      trace_probs)
+from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
+                                      checked_generation_settings, generation_summary, trace_probs)
 
 __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact_acceptances", "gap_summary",
            "method_acceptance"]
@@ -109,6 +109,8 @@ class AcceptanceStudy(Study):
                   "tail_bound": NUMBER},
         run={"prompt_id": TEXT, "temperature": NUMBER, "unavailable": MAPPING, **GENERATION_FIELDS},
         key=("num_drafts", "position"),
+        settings={**GENERATION_SETTINGS, "num_drafts": list_of(INTEGER), "methods": list_of(TEXT),
+                  "tail_budget": NUMBER},
     )
 
     def __init__(

@@ -36,8 +36,8 @@ from specbound.statistics import grouped_per_token_means, mean_and_standard_erro
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of
-from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
-                                      trace_probs)
+from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
+                                      checked_generation_settings, generation_summary, trace_probs)
 from specbound.verifiers import VERIFIERS, get_verifier
 
 BIASED_METHODS = tuple(name for name, verifier in VERIFIERS.items() if not verifier.lossless)
@@ -70,6 +70,7 @@ class BiasStudy(Study):
         run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "method": TEXT, "epsilon": NUMBER,
              **GENERATION_FIELDS},
         key=("position",),
+        settings={**GENERATION_SETTINGS, "epsilons": list_of(NUMBER), "methods": list_of(TEXT), "gamma": INTEGER},
     )
 
     def __init__(

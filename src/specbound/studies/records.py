@@ -30,7 +30,8 @@ of its file — in ``records.jsonl`` a ``unit`` string, a ``kind`` "position" or
 the fields its study declares with their kinds (``RecordFields``, ``Study.record_fields``);
 in ``timings.jsonl`` a ``unit`` and its ``seconds`` — and no unit may hold a record after
 its run record, nor two position records with the same key (a copied line). A crash cannot
-write such a line, so it is refused with its file and line number, never counted.
+write such a line, so it is refused with its file and line number, never counted. Readers
+check the settings of a study they know the same way.
 
 Resume: the repaired directory says which units are done. Each unit draws its randomness
 from its own seed (``unit_seed``), so an interrupted-and-resumed run writes the same
@@ -102,15 +103,18 @@ def mapping_of(kind: Kind) -> Kind:
 @dataclass(frozen=True)
 class RecordFields:
     """The fields of a study's records and their kinds (field -> ``Kind``), position records
-    and run records apart, and the fields that tell a unit's position records apart
-    (``key``: two records of one unit with equal keys are one record written twice)."""
+    and run records apart, the fields that tell a unit's position records apart (``key``:
+    two records of one unit with equal keys are one record written twice), and the study's
+    own fields of ``settings.json``."""
 
     position: dict[str, Kind] = field(default_factory=dict)
     run: dict[str, Kind] = field(default_factory=dict)
     key: tuple[str, ...] = ()
+    settings: dict[str, Kind] = field(default_factory=dict)
 
 
 ENVELOPE = {"unit": TEXT}  # what records.py itself writes into every line, besides the kind
+SETTINGS_FIELDS = {"study": TEXT, "dataset": TEXT, "seed": INTEGER, "limit": INTEGER, "models": MAPPING}  # of all studies
 TIMING_FIELDS = {"unit": TEXT, "seconds": mapping_of(NUMBER)}
 KINDS = ("position", "run")
 
@@ -286,14 +290,14 @@ def _complete_lines(path: Path) -> list[tuple[int, dict, bytes]]:
     return complete
 
 
-def declared_fields(settings: dict) -> tuple[str, RecordFields]:
-    """The study ``settings`` name and its record fields (``Study.record_fields``); none for
+def declared_fields(settings: dict) -> tuple[str, RecordFields | None]:
+    """The study ``settings`` name and its record fields (``Study.record_fields``); None for
     a study this version does not know (its records are checked for their envelope only)."""
     from specbound.studies.base import STUDIES
 
     name = settings.get("study")
     study = STUDIES.get(name) if isinstance(name, str) else None
-    return (str(name), RecordFields()) if study is None else (name, study.record_fields)
+    return (str(name), None) if study is None else (name, study.record_fields)
 
 
 def _check_fields(record: dict, kinds: dict[str, Kind], where: str, holder: str = "the record") -> None:
@@ -306,7 +310,7 @@ def _check_fields(record: dict, kinds: dict[str, Kind], where: str, holder: str 
             raise ValueError(f"{where}: {name!r} is {shown}, not {kind.phrase}; {_NOT_WRITTEN_HERE}")
 
 
-_NOT_WRITTEN_HERE = "neither a study nor a crash writes such a line: repair or remove it by hand"
+_NOT_WRITTEN_HERE = "no study writes that, nor does a crash: repair it or remove it by hand"
 
 
 def _checked_records(path: Path, settings: dict) -> list[tuple[dict, bytes]]:
@@ -315,6 +319,7 @@ def _checked_records(path: Path, settings: dict) -> list[tuple[dict, bytes]]:
     declares; no record of a unit after its run record, no two position records of one unit
     with equal keys. ValueError naming the file and line otherwise."""
     study, fields = declared_fields(settings)
+    fields = fields or RecordFields()
     checked, closed, keys = [], {}, {}
     for number, record, line in _complete_lines(path):
         where = f"results: {path} line {number}"
@@ -392,13 +397,18 @@ class StudyResults:
 def read_results(directory) -> StudyResults:
     """Read a results directory, taking no lock and changing nothing: a torn last line and
     the units without their run record are left out, and so are the timings of units not
-    in the records. Raises ValueError when ``directory`` has no ``settings.json``, and when
-    a line is no record of its file (module docstring), naming the file and line."""
+    in the records. Raises ValueError when ``directory`` has no ``settings.json``, when a
+    setting is not of the kind its study declares, and when a line is no record of its file
+    (module docstring), naming the file (and line)."""
     directory = Path(directory)
     settings_path = directory / SETTINGS_FILE
     if not settings_path.is_file():
         raise ValueError(f"results: {directory} has no {SETTINGS_FILE}; not a study's results")
     settings = read_settings(settings_path)
+    study, fields = declared_fields(settings)
+    if fields is not None:
+        _check_fields(settings, SETTINGS_FIELDS | fields.settings, f"results: {settings_path}",
+                      f"the settings of every {study} study")
     positions, runs, pending = [], [], []
     for record, _ in _checked_records(directory / RECORDS_FILE, settings):
         if record["kind"] == "run":

@@ -36,10 +36,10 @@ from specbound.probability import total_variation
 from specbound.statistics import mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.records import INTEGER, NUMBER, TEXT, RecordFields, StudyResults, mapping_of, optional
+from specbound.studies.records import INTEGER, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of, optional
 from specbound.studies.trace_theory import trace_expected_cost
-from specbound.studies.traces import (GENERATION_FIELDS, TraceRequest, checked_generation_settings, generation_summary,
-                                      trace_probs)
+from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
+                                      checked_generation_settings, generation_summary, trace_probs)
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,7 @@ class RejectionsStudy(Study):
              "predicted": mapping_of(NUMBER), "theorem_rejections": NUMBER, "sum_total_variation": NUMBER,
              **GENERATION_FIELDS},
         key=("position",),
+        settings={**GENERATION_SETTINGS, "configs": list_of(TEXT)},
     )
 
     def __init__(

@@ -34,7 +34,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine import Method, Processing, RunStats
 from specbound.models.pair import ModelPair
-from specbound.studies.records import INTEGER, MAPPING, TEXT, list_of
+from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, list_of, optional
 
 SCORING_DTYPE = torch.float32
 
@@ -173,6 +173,8 @@ def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> l
 
 GENERATION_FIELDS = {"prompt_tokens": INTEGER, "tokens": list_of(INTEGER), "text": TEXT, "finish_reason": TEXT,
                      "engine": MAPPING}  # what ``generation_summary`` gives a run record
+GENERATION_SETTINGS = {"temperatures": list_of(NUMBER), "max_new_tokens": INTEGER, "top_k": optional(INTEGER),
+                       "top_p": optional(NUMBER)}  # the settings ``checked_generation_settings`` checks
 
 
 def generation_summary(pair: ModelPair, trace: Trace) -> dict:
