@@ -48,9 +48,10 @@ def check_reachable(address: str | None, option: str = "address") -> None:
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
     except (OSError, ValueError) as error:
-        reason = "no answer" if isinstance(error, TimeoutError) else getattr(error, "strerror", None) or error
-        raise ValueError(f"{option.lstrip('-')}: no Ray cluster at {address} ({reason} within {CONNECT_SECONDS:g} s); "
-                         f"give {option} the address of a running cluster (ray start --head prints it)") from None
+        reason = (f"no answer within {CONNECT_SECONDS:g} s" if isinstance(error, TimeoutError)
+                  else getattr(error, "strerror", None) or error)
+        raise ValueError(f"{option.lstrip('-')}: no Ray cluster at {address} ({reason}); give {option} the address "
+                         "of a running cluster (ray start --head prints it)") from None
 
 
 def import_ray():
