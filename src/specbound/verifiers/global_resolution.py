@@ -17,12 +17,12 @@ One draft's rank is uniform on [0, 1], so the winner's rank has density n·τⁿ
 weighs w_i = q(H_{i+1})ⁿ − q(H_i)ⁿ. Each token j that holds more than it accepts (a donor,
 w_j > y_j) swaps length with the tokens after it that hold less (receivers), first come
 first served, inside the blocks that the strict decreases of M close. The winner x is
-emitted with probability min(1, y(x)/z(x)), z the weight it realised; otherwise the token
-comes from norm((p − min(p, z))+).
+emitted with probability ŷ(x)/z(x), z the weight it realised and ŷ = min(y, z) ≤ min(p, z);
+otherwise the token comes from norm(p − ŷ).
 
 Whatever the exchanges achieve, the emitted law is p: each token is emitted through
-acceptance with mass exactly min(p, z) and through the residual with the rest. Acceptance
-is Σ min(p, z), α* up to rounding (SPEC.md §4.5 proves both).
+acceptance with mass exactly ŷ and through the residual with the rest. Acceptance is Σ ŷ,
+α* up to rounding (SPEC.md §4.5 proves both).
 """
 
 from __future__ import annotations
@@ -37,21 +37,21 @@ from specbound.verifiers.base import Verifier, register_verifier, residual_law
 
 
 class ResolutionPlan:
-    """One row's plan in scan order: the accepted mass min(p, z), the realised weight z,
-    the length each token keeps of its own slot, the slots' bounds and values, and the
-    exchanges (donor, receiver, length) with each position's range of them.
-    # arrays [vocab] (bounds [vocab + 1]), exchanges [count]"""
+    """One row's plan in scan order: the accepted mass ŷ = min(y, z), the realised weight z,
+    the length each token keeps of its own slot, and the exchanges (donor, receiver, length)
+    with each position's range of them.
+    # arrays [vocab], exchanges [count], ranges [vocab, 2]"""
 
     def __init__(self, order, target_row, draft_row, num_drafts):
         self.order = order  # [vocab] token id at each scan position
-        (self.accepted, self.realised, self.own, self.bounds, self.values, self.donor, self.receiver,
-         self.length, self.as_donor, self.as_receiver) = resolution_plan(
+        (self.accepted, self.realised, self.own, self.donor, self.receiver, self.length, self.as_donor,
+         self.as_receiver) = resolution_plan(
             np.ascontiguousarray(target_row[order]), np.ascontiguousarray(draft_row[order]), num_drafts)
         self.position = np.empty_like(order)
         self.position[order] = np.arange(order.size)
 
     def leftover(self, target_row):
-        """(p − min(p, z))+ in token-id order, the unnormalised residual.  # [vocab]"""
+        """p − ŷ in token-id order (clipped at 0 against rounding), the unnormalised residual.  # [vocab]"""
         leftover = np.empty_like(target_row)
         leftover[self.order] = np.maximum(target_row[self.order] - self.accepted, 0.0)
         return leftover
@@ -67,10 +67,10 @@ class ResolutionPlan:
 
 @compiled(error_model="numpy")
 def resolution_plan(target, draft, num_drafts):
-    """The plan of one row given in scan order (module docstring): accepted, realised, own
-    [vocab]; slot bounds q(H_i) [vocab + 1] and values ω_i = w_i / len_i [vocab]; exchanges
-    donor, receiver, length [count]; per position the ranges [first, stop) of its exchanges
-    as donor and as receiver [vocab, 2]. A slot's value is the mean of n·τⁿ⁻¹ over it,
+    """The plan of one row given in scan order (module docstring): accepted ŷ, realised z and
+    own length [vocab]; exchanges donor, receiver, length [count]; per position the ranges
+    [first, stop) of its exchanges as donor and as receiver [vocab, 2]. Slot i spans
+    [q(H_i), q(H_i+1)] and has mass q_i; its value ω_i, the mean of n·τⁿ⁻¹ over it, is
     Σ_{a<n} hiᵃ·loⁿ⁻¹⁻ᵃ, which does not cancel for a short slot.
     # [vocab] x2, int -> tuple of arrays"""
     size = target.size
@@ -142,8 +142,8 @@ def resolution_plan(target, draft, num_drafts):
         realised[receiver[e]] += length[e] * values[donor[e]]
     for i in range(size):
         accepted[i] = min(accepted[i], realised[i])
-    return (accepted, realised, own, bounds, values, donor[:count].copy(), receiver[:count].copy(),
-            length[:count].copy(), as_donor, as_receiver)
+    return (accepted, realised, own, donor[:count].copy(), receiver[:count].copy(), length[:count].copy(),
+            as_donor, as_receiver)
 
 
 def _place(plan, position, uniform):
