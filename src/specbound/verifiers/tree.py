@@ -18,7 +18,7 @@ E[depth(u) | tree] = Σ_{v ≠ root} P(the accepted path reaches v) (SPEC.md §7
 - ``DraftedTree``: the drafted step, checked; ``DraftedTree.chain`` for a chain,
   ``drafted_tree`` for the engine's plain arrays;
 - ``TreeVerifier``: the base class of the verifiers that decide on the whole drafted step
-  (``block``, ``traversal``), registered in the one verifier registry with ``per_node = False``;
+  (``block``, ``traversal``, ``univer``), registered in the one verifier registry with ``per_node = False``;
 - ``tokenwise_outcome_law``, ``tokenwise_expected_accepted``: top-down token-level
   verification (SPEC.md §6) with any per-node verifier of the registry, exactly.
 
