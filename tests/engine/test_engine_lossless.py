@@ -175,8 +175,10 @@ TREE_VERIFIER_CASES = {
     "tree-traversal": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"}, Processing()),
     "sparse-traversal-top_p": ("sparse", {"budget": 4, "depth": 2, "width": 3, "verifier": "traversal"},
                                Processing(temperature=0.9, top_p=0.9)),
-    # i.i.d. drafts: Global Resolution's plan at each node (SPEC.md §7.5)
-    "tree-univer": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "univer"}, Processing()),
+    # i.i.d. drafts: Global Resolution's plan at each node (SPEC.md §7.5); top-p leaves some
+    # nodes one draft token, where the plan is speculative sampling on the scaled target
+    "tree-univer-top_p": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "univer"},
+                          Processing(temperature=0.9, top_p=0.9)),
 }
 
 
