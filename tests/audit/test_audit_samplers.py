@@ -38,12 +38,17 @@ def llama(path, draft=None):
     return Llama(path, n_ctx=64, n_threads=1, draft_model=draft, verbose=False)
 
 
-@pytest.mark.parametrize("mode", ["prompt-lookup", "draft-model"])
-def test_llama_cpp_python_sampler_is_seeded_and_returns_new_token_ids(gguf_files, mode):
+def speculative_sampler(gguf_files, mode: str):
+    """llama-cpp-python drafting by prompt lookup or with the draft GGUF file."""
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     draft = LlamaPromptLookupDecoding(num_pred_tokens=3) if mode == "prompt-lookup" else ModelDraft(llama(gguf_files[1]))
-    sampler = llama_cpp_sampler(llama(gguf_files[0], draft), 0.8)
+    return llama_cpp_sampler(llama(gguf_files[0], draft), 0.8)
+
+
+@pytest.mark.parametrize("mode", ["prompt-lookup", "draft-model"])
+def test_llama_cpp_python_sampler_is_seeded_and_returns_new_token_ids(gguf_files, mode):
+    sampler = speculative_sampler(gguf_files, mode)
     first = sampler([1, 2, 3], 5, 0)
     assert len(first) == 5 and all(0 <= token < 6 for token in first)
     assert sampler([1, 2, 3], 5, 0) == first
@@ -54,9 +59,6 @@ def test_llama_cpp_python_sampler_is_seeded_and_returns_new_token_ids(gguf_files
 def test_llama_cpp_python_speculative_modes_pass(gguf_files, mode):
     """Marked slow: llama-cpp-python's generate costs far more per sample than the tiny
     models' forwards."""
-    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-    draft = LlamaPromptLookupDecoding(num_pred_tokens=3) if mode == "prompt-lookup" else ModelDraft(llama(gguf_files[1]))
-    result = audit(llama_cpp_sampler(llama(gguf_files[0], draft), 0.8), gguf_files[0], PROMPTS, temperature=0.8,
-                   max_new_tokens=6, samples=96, seed=0)
+    result = audit(speculative_sampler(gguf_files, mode), gguf_files[0], PROMPTS, temperature=0.8, max_new_tokens=6,
+                   samples=96, seed=0)
     assert result.passed, result.p_value
