@@ -32,7 +32,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from specbound.audit import audit

@@ -8,7 +8,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from audit_fixtures import (TableReference, bigram_pair, chain_sampler, exact_sampler, laws, prompts,
                             shifted_sampler)
