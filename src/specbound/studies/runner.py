@@ -75,10 +75,10 @@ def run_batch(study: Study, pair: ModelPair, batch: list, seed: int) -> tuple[li
 
 class StudyWriter:
     """The one writer of a study run, wherever its units are decoded. Made before any model
-    loads, it holds the results folder (``ResultsStore``, locked until ``close``) with the
-    settings checked but the models' and the records repaired, and knows the units still
-    ``pending``; ``store_models`` completes the settings once the pair is loaded; it appends
-    finished units and shows the progress bar."""
+    loads, it takes the results folder (``ResultsStore``, locked until ``close``), checks
+    every setting but the models against the stored ones, repairs the records and knows the
+    units still ``pending``; ``store_models`` completes the settings once the pair has
+    loaded; then it appends finished units and shows the progress bar."""
 
     def __init__(self, study: Study, prompts: list[Prompt], directory, dataset: str, seed: int, progress: bool):
         self.directory, self.seed, self.progress, self.bar = Path(directory), seed, progress, None
