@@ -54,7 +54,7 @@ def _neutral(value, neutral, name: str):
 class _Sampling(BaseModel):
     """What both endpoints share."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # JSON's NaN: not a number
 
     model: str
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -62,7 +62,7 @@ class _Sampling(BaseModel):
     top_p: Annotated[float, Field(gt=0, le=1)] | None = None
     top_k: Annotated[int, Field(ge=1)] | None = None
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
+    stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = 1
@@ -71,6 +71,17 @@ class _Sampling(BaseModel):
     frequency_penalty: float | None = None
     logit_bias: dict | None = None
     logprobs: bool | int | None = None
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_strings(cls, value):
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, list) or not all(isinstance(stop, str) for stop in value):
+            raise ValueError(f"expected a string or a list of at most {MAX_STOPS} strings")
+        if len(value) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(value)}")
+        return value
 
     @field_validator("n")
     @classmethod
