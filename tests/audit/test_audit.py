@@ -165,3 +165,16 @@ def test_our_engine_passes_on_llama_cpp_against_a_gguf_file_without_tokenizer(ti
     result = audit(engine_sampler(decoder, build_method("chain", gamma=3)), str(files[0]), ENGINE_PROMPTS,
                    temperature=0.8, max_new_tokens=4, samples=24, seed=0)
     assert result.passed, result.p_value
+
+
+def test_null_audits_fail_at_most_at_the_level_rate(bigram):
+    """Whole audits of a sampler with the reference's exact law, at level 0.1 and no
+    tolerance (the tables' rows are exact): the failure rate stays within the binomial
+    bound of the level."""
+    from scipy import stats as scipy_stats
+
+    audits, level = 150, 0.1
+    failed = sum(not audit(exact_sampler(bigram["target"]), bigram["reference"], prompts(2), temperature=0.7,
+                           top_k=TOP_K, max_new_tokens=4, samples=24, seed=seed, level=level, **EXACT).passed
+                 for seed in range(audits))
+    assert failed <= scipy_stats.binom.isf(1e-4, audits, level)
