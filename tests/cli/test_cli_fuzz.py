@@ -90,7 +90,7 @@ UNWRITABLE = "/proc/specbound-fuzz/out"  # a folder nobody can create, root incl
 STDIN_MUST_REFUSE = {"empty": b"", "blank": b" \n\t\n", "a lone 0xff": b"hi \xff", "cut short": b"hi \xc3",
                      "an encoded surrogate": b"\xed\xa0\x80", "random bytes": bytes(range(256)) * 20}
 STDIN_MAY_ACCEPT = {"NUL": b"\x00", "accents": "héllo wörld ✓".encode(), "long": b"word " * 20_000}
-MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study", "serve")
+MODEL_SOURCES = {(command, source) for command in ("run", "generate", "study", "serve", "audit")
                  for source in ("target", "draft")}
 KNOWN_OPEN: dict = {}  # (command, option): (values not run here, why, whose); none open today
 
@@ -162,6 +162,8 @@ def base_arguments(path, places, positional_fuzzed: bool = False) -> list[str]:
         ("report",): [],
         ("generate",): ["--max-new-tokens", "2", "--quiet", *([] if positional_fuzzed else ["a prompt"])],
         ("serve",): ["--max-new-tokens", "2", "--quiet"],  # an accepted value stops at loading: nothing listens
+        ("audit",): [*([] if positional_fuzzed else ["specbound:chain"]), "--prompts", places["prompts"],
+                     "--samples", "2", "--max-new-tokens", "2", "--output", out, "--quiet"],  # stops at loading
     }.get(path, ["--dataset", places["prompts"], "--max-new-tokens", "2", "--out", out, "--quiet"])
 
 

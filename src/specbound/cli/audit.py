@@ -56,6 +56,9 @@ def parse_engine(text: str) -> tuple[str, str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for option in ("level", "tolerance", "row_tolerance"):  # each in [0, 1) — the parser's checks stop at 1
+        if getattr(args, option) >= 1:
+            raise ValueError(f"{option}: expected a number below 1, got {getattr(args, option):g}")
     kind, name, options = parse_engine(args.engine)
     from specbound.cli.inputs import prompt_set
     from specbound.cli.output import writable_folder
@@ -109,6 +112,7 @@ def build_engine(args, kind: str, name: str, options: dict):
     return samplers.llama_cpp_sampler(llama, args.temperature, args.top_k or 0, args.top_p or 1.0), pair.target, pair
 
 
+MAX_SAMPLES = 10**6  # the PIT values alone take samples × max-new-tokens × 8 bytes
 FAILED_STATUS = 3  # the audit ran and the engine failed it (1 is an internal error, 2 bad input)
 CONTEXT = 4096  # llama-cpp-python's context for its engines: prompt and new tokens
 
@@ -205,8 +209,8 @@ def register(subparsers) -> None:
                         "transformers:assisted, or an http(s):// endpoint")
     add_model_arguments(parser)
     add_sampling_arguments(parser, max_new_tokens=32)
-    parser.add_argument("--samples", type=arguments.positive_int, default=512,
-                        help="continuations in all, spread over the prompts (default 512)")
+    parser.add_argument("--samples", type=arguments.integer(1, MAX_SAMPLES), default=512,
+                        help=f"continuations in all, spread over the prompts (default 512, at most {MAX_SAMPLES:,})")
     parser.add_argument("--prompts", default="humaneval", help="a prompt set or file (default humaneval)")
     parser.add_argument("--limit", type=arguments.positive_int, default=8, help="prompts of the set (default 8)")
     parser.add_argument("--level", type=arguments.number(0.0, 1.0, low_open=True), default=1e-3,
