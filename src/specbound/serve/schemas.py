@@ -77,10 +77,13 @@ class _Sampling(BaseModel):
     def _stop_strings(cls, value):
         if value is None or isinstance(value, str):
             return value
-        if not isinstance(value, list) or not all(isinstance(stop, str) for stop in value):
-            raise ValueError(f"expected a string or a list of at most {MAX_STOPS} strings")
+        if not isinstance(value, list):
+            raise ValueError(f"expected a string or a list of strings, got {type(value).__name__}")
+        wrong = next((index for index, stop in enumerate(value) if not isinstance(stop, str)), None)
+        if wrong is not None:
+            raise ValueError(f"expected a string or a list of strings (item {wrong} is {type(value[wrong]).__name__})")
         if len(value) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(value)}")
+            raise ValueError(f"at most {MAX_STOPS} stop sequences, got {len(value)}")
         return value
 
     @field_validator("n")
