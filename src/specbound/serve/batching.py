@@ -130,6 +130,8 @@ class LoopObserver(Protocol):
 
 
 class _Unobserved:
+    """A ``LoopObserver`` that keeps nothing."""
+
     def admitted(self, job: Job) -> None:
         pass
 
@@ -156,8 +158,9 @@ class BatchingLoop:
     """The server's decoding loop (module docstring). ``speculator``: the loaded pair;
     ``method``, ``options``: what ``Speculator.decoder_for`` takes ("auto" or an engine
     method and its options); ``max_batch``: sequences decoded at once, all groups together;
-    ``max_queue``: requests waiting beyond them; ``max_settings``: sampling settings in use at
-    once; ``default``: the setting that is never released (the server's own)."""
+    ``max_queue``: requests waiting when every slot is busy (0: none); ``max_settings``:
+    sampling settings in use at once; ``default``: the setting whose batch is never forgotten
+    (the server's own); ``observer``: told what the loop does (the server's metrics)."""
 
     def __init__(self, speculator, method: str, options: dict, max_batch: int, max_queue: int,
                  max_settings: int = 16, default: Sampling | None = None,
