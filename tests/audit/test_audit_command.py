@@ -159,3 +159,14 @@ def test_a_bad_engine_is_refused_before_any_model_loads(tmp_path, capsys, engine
     assert main(["audit", engine, "--output", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("option, message", [("--level=1", "level: expected a number below 1"),
+                                             ("--row-tolerance=1", "row_tolerance: expected a number below 1"),
+                                             ("--samples=0", "argument --samples: expected an integer in [1, 1000000]")])
+def test_a_bad_setting_is_refused_before_any_model_loads(tmp_path, capsys, option, message):
+    try:
+        status = main(["audit", "specbound:chain", option, "--output", str(tmp_path / "out")])
+    except SystemExit as exit_info:  # argparse's own refusals
+        status = exit_info.code
+    assert status == 2 and message in capsys.readouterr().err
