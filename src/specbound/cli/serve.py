@@ -31,7 +31,9 @@ from specbound import arguments
 from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
 
 KEY_VARIABLE = "SPECBOUND_API_KEY"
-MAX_BODY_BYTES = 4 * 2**20  # a full context of token ids fits many times over
+# A request body's default limit: 32,768 token ids take about 0.2 MB; json parses a body holding the
+# GIL, so the limit also bounds how long one request can keep /health waiting.
+MAX_BODY_BYTES = 2**20
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 MAX_STOPS = 4  # OpenAI's limit
 MAX_DEPTH = 32  # nesting levels of a body; OpenAI's requests nest five at most
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SCALARS = {int, float, bool, type(None)}
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
@@ -207,6 +208,8 @@ def _check_text(data: dict) -> None:
         value, location, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise RequestError(400, f"The JSON body nests deeper than {MAX_DEPTH} levels.", _param(location[:1]))
+        if isinstance(value, list) and set(map(type, value)) <= _SCALARS:  # token ids: nothing to look into
+            continue
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             if isinstance(key, str) and _SURROGATE.search(key):
