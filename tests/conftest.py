@@ -25,10 +25,10 @@ settings.load_profile("specbound")
 # first) left a single long test to the end of one worker while the other sat idle.
 LONGEST_GROUPS = (
     "serve",
-    "engine/test_engine_lossless.py",
     "engine/test_llamacpp_backend.py",
-    "studies/test_study_multistep.py",
     "studies/test_study_acceptance.py",
+    "engine/test_engine_lossless.py",
+    "studies/test_study_multistep.py",
     "studies/test_crash_consistency.py",
     "bounds/test_optimal_acceptance.py",
     "verifiers/test_verifier_properties.py",
