@@ -6,9 +6,14 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   against the target without speculation;
 - ``llama-cpp-python``: its prompt-lookup and draft-model modes (top-p 1: its sampler chain
   applies the temperature after top-p);
-- ``transformers``: assisted generation at T = 0.7 and top-k 50, on the transformers
-  installed (for a release before transformers#48007, run this section with the python of a
-  virtualenv holding that release: ``--sections transformers``);
+- ``transformers``: assisted generation (``assistant_model``) at T = 0.7 and top-k 50, on the
+  transformers installed (for another release, run this section with the python of a
+  virtualenv holding it: ``--sections transformers``). The q bug of transformers#47932 (fixed
+  by #48007) lies in its DFlash, MTP and single-position multi-token candidate generators,
+  which return raw logits for drafts drawn from processed ones; the assistant-model generator
+  returns the assistant's processed scores (``assistant_output.scores``) and is expected to
+  pass on either side of the fix. Auditing the faulty ones needs a model with an MTP head or a
+  DFlash drafter, which the embedded pair has not;
 - ``power``: detection rate against injected bias — samplers that, at every position, emit
   the reference's most likely token with probability ``bias`` (else a draw from its law), on
   bigram tables (exact rows) at this run's sample size, ``--repeats`` audits per bias;
