@@ -11,7 +11,8 @@ units, tables and report sections:
 The acceptance and multi-step studies keep their tables and report sections in their own
 modules (``acceptance_report``, ``multistep_report``; the acceptance study's methods in
 ``acceptance_methods``). Shared pieces: ``traces`` (a generation and the exact rows along it), ``trace_theory``
-(Yin's cost along one trace), ``runner`` and ``records`` (resumable append-only results),
+(Yin's cost along one trace), ``runner`` and ``records`` (resumable append-only results, checked
+as read against each study's ``fields``),
 ``document`` and ``report`` (the rendered report).
 """
 

@@ -72,7 +72,8 @@ from specbound.studies.acceptance_methods import (acceptance_methods, attained_o
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
-from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of
+from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of
+from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
                                       checked_generation_settings, generation_summary, trace_probs)
 

@@ -22,7 +22,7 @@ import torch
 
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
-from specbound.studies.records import RecordFields
+from specbound.studies.fields import RecordFields
 
 
 @dataclass(frozen=True)

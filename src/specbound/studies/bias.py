@@ -35,7 +35,8 @@ from specbound.probability import total_variation
 from specbound.statistics import grouped_per_token_means, mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of
+from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of
+from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
                                       checked_generation_settings, generation_summary, trace_probs)
 from specbound.verifiers import VERIFIERS, get_verifier

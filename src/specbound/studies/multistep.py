@@ -54,8 +54,8 @@ from specbound.engine.methods import Method, build_method
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
-from specbound.studies.records import (INTEGER, MAPPING, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of,
-                                       optional)
+from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of, optional
+from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, Trace, checked_generation_settings,
                                       generation_summary)
 from specbound.verifiers import get_verifier

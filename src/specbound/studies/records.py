@@ -43,11 +43,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
+
+from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, Kind, RecordFields, mapping_of
 
 SETTINGS_FILE = "settings.json"
 RECORDS_FILE = "records.jsonl"
@@ -65,52 +66,6 @@ def unit_seed(seed: int, unit: str) -> int:
 
 def _dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What a record field holds, as JSON gives it back: ``accepts`` a value or not."""
-
-    phrase: str  # "an integer"
-    plural: str  # "integers"
-    accepts: Callable[[object], bool]
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-INTEGER = Kind("an integer", "integers", lambda value: _is_number(value) and isinstance(value, int))
-NUMBER = Kind("a number", "numbers", _is_number)
-TEXT = Kind("a string", "strings", lambda value: isinstance(value, str))
-MAPPING = Kind("an object", "objects", lambda value: isinstance(value, dict))
-
-
-def optional(kind: Kind) -> Kind:
-    return Kind(f"{kind.phrase} or null", f"{kind.plural} or nulls", lambda value: value is None or kind.accepts(value))
-
-
-def list_of(kind: Kind) -> Kind:
-    return Kind(f"a list of {kind.plural}", f"lists of {kind.plural}",
-                lambda value: isinstance(value, list) and all(map(kind.accepts, value)))
-
-
-def mapping_of(kind: Kind) -> Kind:
-    return Kind(f"an object of {kind.plural}", f"objects of {kind.plural}",
-                lambda value: isinstance(value, dict) and all(map(kind.accepts, value.values())))
-
-
-@dataclass(frozen=True)
-class RecordFields:
-    """The fields of a study's records and their kinds (field -> ``Kind``), position records
-    and run records apart, the fields that tell a unit's position records apart (``key``:
-    two records of one unit with equal keys are one record written twice), and the study's
-    own fields of ``settings.json``."""
-
-    position: dict[str, Kind] = field(default_factory=dict)
-    run: dict[str, Kind] = field(default_factory=dict)
-    key: tuple[str, ...] = ()
-    settings: dict[str, Kind] = field(default_factory=dict)
 
 
 ENVELOPE = {"unit": TEXT}  # what records.py itself writes into every line, besides the kind

@@ -36,7 +36,8 @@ from specbound.probability import total_variation
 from specbound.statistics import mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.records import INTEGER, NUMBER, TEXT, RecordFields, StudyResults, list_of, mapping_of, optional
+from specbound.studies.fields import INTEGER, NUMBER, TEXT, RecordFields, list_of, mapping_of, optional
+from specbound.studies.records import StudyResults
 from specbound.studies.trace_theory import trace_expected_cost
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
                                       checked_generation_settings, generation_summary, trace_probs)

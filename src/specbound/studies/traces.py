@@ -34,7 +34,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine import Method, Processing, RunStats
 from specbound.models.pair import ModelPair
-from specbound.studies.records import INTEGER, MAPPING, NUMBER, TEXT, list_of, optional
+from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, list_of, optional
 
 SCORING_DTYPE = torch.float32
 
