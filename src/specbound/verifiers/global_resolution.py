@@ -59,10 +59,9 @@ class ResolutionPlan:
     def pieces(self, position):
         """(slots, lengths) the draft of the token at ``position`` is placed in: its own slot
         first, then its partners' slots, in exchange order.  # -> [pieces] int, [pieces]"""
-        donated, received = range(*self.as_donor[position]), range(*self.as_receiver[position])
-        slots = [position] + [self.receiver[e] for e in donated] + [self.donor[e] for e in received]
-        lengths = [self.own[position]] + [self.length[e] for e in donated] + [self.length[e] for e in received]
-        return np.array(slots, dtype=np.int64), np.array(lengths)
+        donated, received = slice(*self.as_donor[position]), slice(*self.as_receiver[position])
+        slots = np.concatenate([[position], self.receiver[donated], self.donor[received]]).astype(np.int64)
+        return slots, np.concatenate([[self.own[position]], self.length[donated], self.length[received]])
 
 
 @compiled(error_model="numpy")
@@ -150,13 +149,13 @@ def _place(plan, position, uniform):
     """The rank of a draft of the token at ``position`` from one uniform: (slot, place in
     it), compared lexicographically (inverse CDF over its pieces).  # -> (int, float)"""
     slots, lengths = plan.pieces(position)
-    mass = uniform * lengths.sum()
-    for slot, piece in zip(slots, lengths):
-        if mass < piece:
-            return int(slot), mass / piece
-        mass -= piece
-    last = int(np.flatnonzero(lengths > 0)[-1])  # a uniform within rounding of 1
-    return int(slots[last]), np.nextafter(1.0, 0.0)
+    ends = np.cumsum(lengths)
+    mass = uniform * ends[-1]
+    piece = int(np.searchsorted(ends, mass, side="right"))  # ends[piece - 1] ≤ mass < ends[piece]
+    if piece == len(ends):  # a uniform within rounding of 1
+        piece = int(np.flatnonzero(lengths > 0)[-1])
+        return int(slots[piece]), np.nextafter(1.0, 0.0)
+    return int(slots[piece]), (mass - (ends[piece - 1] if piece else 0.0)) / lengths[piece]
 
 
 def winning_laws(plan, positions):
