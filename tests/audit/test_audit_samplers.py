@@ -16,11 +16,32 @@ def tiny_models():
     return target, noisy_copy(target, seed=1, noise=0.7)
 
 
+def audit_transformers(target, draft):
+    sampler = transformers_sampler(target, 0.5, top_k=3, assistant_model=draft, eos_token_ids=(EOS,))
+    return audit(sampler, target, PROMPTS, temperature=0.5, top_k=3, max_new_tokens=3, samples=192, seed=0)
+
+
 def test_transformers_assisted_generation_passes_with_top_k(tiny_models):
-    target, draft = tiny_models
-    sampler = transformers_sampler(target, 0.8, top_k=3, assistant_model=draft, eos_token_ids=(EOS,))
-    result = audit(sampler, target, PROMPTS, temperature=0.8, top_k=3, max_new_tokens=6, samples=64, seed=0)
+    result = audit_transformers(*tiny_models)
     assert result.passed, result.p_value
+
+
+def test_transformers_fails_when_its_candidate_q_is_not_the_law_drafted_from(tiny_models, monkeypatch):
+    """transformers#47932's bug, in transformers' own speculative sampling: the candidate
+    generator hands over the assistant's raw logits (before temperature and top-k) as q, while
+    the drafts were drawn from the processed ones."""
+    target, draft = tiny_models
+    generate = draft.generate
+
+    def raw_logits_as_scores(*args, **kwargs):
+        kwargs["generation_config"].output_logits = True
+        output = generate(*args, **kwargs)
+        output.scores = output.logits
+        return output
+
+    monkeypatch.setattr(draft, "generate", raw_logits_as_scores)
+    result = audit_transformers(target, draft)
+    assert not result.passed and result.p_value < 1e-6
 
 
 @pytest.fixture(scope="module")
