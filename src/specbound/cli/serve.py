@@ -13,7 +13,7 @@ A request may take a batch slot (``--max-batch``) or, when all are busy, wait (u
 ``--max-queue`` requests; 0: none wait); beyond them it is refused with 429. Sampling
 settings in use at once are at most ``--max-settings``. A body over ``--max-body-bytes`` is
 refused with 413. ``--api-key`` (or ``$SPECBOUND_API_KEY``) must not be empty; clients send
-it as ``Authorization: Bearer KEY``.
+it as ``Authorization: Bearer KEY``; without one, listening beyond this machine is warned of.
 
 ``--pair-factory MODULE:FUNCTION`` serves the ``ModelPair`` that function returns instead
 of loading ``--target``/``--draft``: the tests serve tiny in-process models with it
@@ -26,6 +26,7 @@ import argparse
 import importlib
 import os
 import signal
+import sys
 
 from specbound import arguments
 from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
@@ -37,11 +38,14 @@ MAX_BODY_BYTES = 2**20
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.serve.server import bind
+    from specbound.serve.server import bind, exposure_warning
 
     method, options = parse_method(args.method)
     api_key = args.api_key if args.api_key is not None else _environment_key()
     listener = bind(args.host, args.port)  # a bad address is refused before anything heavy loads
+    warning = exposure_warning(listener, api_key)
+    if warning:
+        print(f"specbound serve: {warning}", file=sys.stderr)
     try:
         return _serve(args, method, options, api_key, listener)
     finally:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import ipaddress
 import socket
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,15 @@ def bind(host: str, port: int) -> socket.socket:
         option = "--host" if error.errno == errno.EADDRNOTAVAIL else "--port"
         raise ValueError(f"{option}: cannot listen on {host} port {port} ({error.strerror})") from None
     return listener
+
+
+def exposure_warning(listener: socket.socket, api_key: str | None) -> str | None:
+    """A warning when ``listener`` takes connections from other machines and no key is asked."""
+    address = listener.getsockname()[0]
+    if api_key is not None or ipaddress.ip_address(address).is_loopback:
+        return None
+    return (f"warning: listening on {address} without --api-key: anyone who can reach this machine can use the "
+            "server")
 
 
 def run(app, loop: BatchingLoop, listener: socket.socket, drain_seconds: float, log_level: str) -> bool:
