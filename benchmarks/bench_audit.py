@@ -13,7 +13,8 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   which return raw logits for drafts drawn from processed ones; the assistant-model generator
   returns the assistant's processed scores (``assistant_output.scores``) and is expected to
   pass on either side of the fix. Auditing the faulty ones needs a model with an MTP head or a
-  DFlash drafter, which the embedded pair has not;
+  DFlash drafter, which the embedded pair has not; so the section also audits the assistant
+  path with the raw logits handed over as q (``RawLogitsAssistant``), the same bug;
 - ``power``: detection rate against injected bias — samplers that, at every position, emit
   the reference's most likely token with probability ``bias`` (else a draw from its law), on
   bigram tables (exact rows) at this run's sample size, ``--repeats`` audits per bias;
@@ -183,13 +184,36 @@ def run_llama_cpp_python(args, models) -> list[dict]:
 
 
 def run_transformers(args, models) -> list[dict]:
+    """Assisted generation as it is, then with the assistant's raw logits handed over as q
+    (transformers#47932's bug, reproduced on the assistant-model path)."""
     import transformers
 
     pair = models.torch_pair()
-    sampler = transformers_sampler(pair.target, args.temperature, top_k=50, assistant_model=pair.draft,
-                                   eos_token_ids=pair.eos_token_ids)
-    return [audited(args, {"engine": "transformers", "version": transformers.__version__, "mode": "assisted",
-                           "top_k": 50}, sampler, pair.target, models.prompts(pair), pair.vocab_size, top_k=50)]
+    prompts = models.prompts(pair)
+    records = []
+    for label, draft in (("assisted", pair.draft), ("assisted, raw logits as q", RawLogitsAssistant(pair.draft))):
+        sampler = transformers_sampler(pair.target, args.temperature, top_k=50, assistant_model=draft,
+                                       eos_token_ids=pair.eos_token_ids)
+        records.append(audited(args, {"engine": "transformers", "version": transformers.__version__, "mode": label,
+                                      "top_k": 50}, sampler, pair.target, prompts, pair.vocab_size, top_k=50))
+    return records
+
+
+class RawLogitsAssistant:
+    """The assistant model, its ``generate`` returning the raw logits where transformers reads
+    the processed scores the drafts were drawn from; everything else passed through."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def generate(self, *args, **kwargs):
+        kwargs["generation_config"].output_logits = True
+        output = self.model.generate(*args, **kwargs)
+        output.scores = output.logits
+        return output
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
 
 
 def run_power(args, models) -> list[dict]:
