@@ -35,6 +35,7 @@ from specbound.engine import RunStats, build_method
 from specbound.engine.assembly import assemble
 from specbound.engine.backends import BACKENDS, PREFILL_CHUNK, get_backend
 from specbound.engine.methods import method_options
+from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.pair import ModelPair, checked_device
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.engine.processing import Processing, Sampling
@@ -175,6 +176,7 @@ class Speculator:
             self._decoders[key] = assemble(self.pair, processing, built, self.drafter or "model",
                                            self.draft_precisions, self.cache_dir)
             decoder = self._decoders[key][0]
+            decoder.optimum = OptimumRecorder()  # each request's acceptance beside α* (engine.optimum)
             drafts = decoder.drafter.language_models if decoder.drafter is not None else []
             for name, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
                 lm.prefill_progress = PrefillBar(f"prefill {name}") if self.progress else None

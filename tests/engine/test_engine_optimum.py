@@ -50,7 +50,15 @@ def test_a_tree_records_an_optimum_at_or_above_its_acceptance(target_model, draf
     tally = generation.stats.optimum
     assert tally.positions > 0 and len(tally.acceptances) == tally.positions
     assert all(best >= acceptance - 1e-9 for acceptance, best in zip(tally.acceptances, tally.optima))
-    assert generation.stats.to_dict()["optimum"]["standard_error"]["acceptance_gap"] == 0.0
+    assert generation.stats.optimum.summary()["standard_error"]["acceptance_gap"] == 0.0
+    assert "optimum" not in generation.stats.to_dict()  # timed: kept out of the records that must repeat
+
+
+def test_a_decoder_records_nothing_until_given_a_budget(target_model, draft_model):
+    processing = Processing(0.8)
+    decoder = Decoder(CausalLM(target_model), ModelDrafter(CausalLM(draft_model), processing), processing, (EOS,))
+    tally = run(decoder, build_method("chain", gamma=3), seeds=range(2))[0].stats.optimum
+    assert tally.positions > 0 and not tally.acceptances
 
 
 class SlowVerifier:

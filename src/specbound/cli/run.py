@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
                     "prompt_id": prompt.id, "method": label, "tokens": generation.tokens,
                     "text": text, "finish_reason": generation.finish_reason,
                     **generation.stats.to_dict(),
+                    "optimum": generation.stats.optimum.summary(),
                 }
                 results.write(json.dumps(record) + "\n")
                 results.flush()

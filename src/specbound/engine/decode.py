@@ -205,7 +205,8 @@ class Decoder:
         self.drafter = drafter
         self.processing = processing
         self.eos_token_ids = frozenset(int(token) for token in eos_token_ids)
-        self.optimum = OptimumRecorder()  # each verified position's acceptance and α* (engine.optimum)
+        self.optimum = OptimumRecorder(budget=0.0)  # each verified position's acceptance and α*: off until given a
+        # budget (engine.optimum; the Speculator's decoders have one)
         self.vocab_size = processing.vocab_size or target.logits_size
         if processing.vocab_size is not None and processing.vocab_size > target.logits_size:
             raise ValueError(f"vocab_size: {processing.vocab_size} exceeds the target's {target.logits_size} logits")

@@ -39,7 +39,8 @@ class RunStats:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     wall_seconds: float = 0.0
     model_seconds: float = 0.0  # inside the target's and the draft's forwards and heads, prefill excluded
-    optimum: OptimumTally = field(default_factory=OptimumTally)  # acceptance and α* per verified position
+    optimum: OptimumTally = field(default_factory=OptimumTally)  # acceptance and α* per verified position (timed:
+    # which positions are computed depends on the clock, so ``to_dict`` leaves it out; ``optimum.summary()`` gives it)
 
     @contextmanager
     def timed(self, phase: str):
@@ -155,7 +156,6 @@ class RunStats:
             "wall_seconds": self.wall_seconds,
             "model_seconds": self.model_seconds,
             "outside_models": self.outside_models,
-            "optimum": self.optimum.summary(),
         }
 
 
