@@ -43,7 +43,8 @@ def serve() -> None:
     """One side: read 'FILE INDEX' lines, answer each with the CPU seconds of that position's exact part."""
     import inspect
 
-    from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, _worker_setup, acceptance_methods, unit_exact_part
+    from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods
+    from specbound.studies.exact_part import _worker_setup, unit_exact_part
 
     _worker_setup()
     methods = list(acceptance_methods())

@@ -1,4 +1,4 @@
-"""The exact part's worker processes (``acceptance.ExactPool``) end with the study, however
+"""The exact part's worker processes (``exact_part.ExactPool``) end with the study, however
 it ends: a SIGKILL runs none of the study's cleanup, and workers left behind each held
 their memory (~0.44 GB on real rows) and kept the resource tracker alive with them."""
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="re
 STUDY = """
 import sys
 import numpy as np
-from specbound.studies.acceptance import ExactPool
+from specbound.studies.exact_part import ExactPool
 pool = ExactPool(2)
 rows = np.full((4, 6), 1 / 6)
 pool.exact(["single"], [1], 0.0, rows, rows)

@@ -191,10 +191,10 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
     """When a method has no exact algorithm at some size (e.g. RRS without replacement at
     n ≥ 4 on a 150k vocabulary), its (temperature, n) cell is dropped for every prompt and
     the reason kept, instead of averaging over the prompts where it worked."""
-    from specbound.studies import acceptance
+    from specbound.studies import exact_part
     from specbound.studies.acceptance_report import unavailable_methods
 
-    compute = acceptance.method_acceptance_of
+    compute = exact_part.method_acceptance_of
     calls = {"kseq": 0}
 
     def flaky(method, rows, num_drafts):
@@ -204,7 +204,7 @@ def test_a_method_without_an_exact_value_for_some_prompt_is_left_out_not_average
                 raise ValueError("num_drafts: too large here")
         return compute(method, rows, num_drafts)
 
-    monkeypatch.setattr(acceptance, "method_acceptance_of", flaky)
+    monkeypatch.setattr(exact_part, "method_acceptance_of", flaky)
     study = AcceptanceStudy(num_drafts=(2, 3), max_new_tokens=4, methods=("single", "kseq"))
     results = run_study(study, tiny_pair(), tiny_prompts(2), tmp_path, "toy", progress=False)
     summary = acceptance_summary(results)

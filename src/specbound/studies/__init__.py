@@ -14,9 +14,20 @@ modules (``acceptance_report``, ``multistep_report``; the acceptance study's met
 (Yin's cost along one trace), ``runner`` and ``records`` (resumable append-only results, checked
 as read against each study's ``fields``),
 ``document`` and ``report`` (the rendered report).
+
+The registry is filled on first use of these names (``from specbound.studies import
+STUDIES``): importing a light module of the package (``exact_part``, which the acceptance
+study's worker processes import) does not import the studies, and with them torch.
 """
 
-from specbound.studies import acceptance, bias, multistep, rejections  # noqa: F401  (registration)
-from specbound.studies.base import STUDIES, Study, get_study, register_study
-
 __all__ = ["STUDIES", "Study", "get_study", "register_study"]
+
+
+def __getattr__(name):
+    """``STUDIES``, ``Study``, ``get_study``, ``register_study`` (``base``), every study registered."""
+    if name not in __all__:
+        raise AttributeError(f"module 'specbound.studies' has no attribute {name!r}")
+    from specbound.studies import acceptance, bias, multistep, rejections  # noqa: F401  (registration)
+    from specbound.studies import base
+
+    return getattr(base, name)

@@ -247,7 +247,10 @@ def _complete_lines(path: Path) -> list[tuple[int, dict, bytes]]:
 
 def declared_fields(settings: dict) -> tuple[str, RecordFields | None]:
     """The study ``settings`` name and its record fields (``Study.record_fields``); None for
-    a study this version does not know (its records are checked for their envelope only)."""
+    a study this version does not know (its records are checked for their envelope only).
+    The studies registered so far: a study's own run has registered it, and a reader of any
+    study's folder (``report``, ``specbound study``) has asked for ``specbound.studies.STUDIES``,
+    which registers every one (the package's ``__getattr__``)."""
     from specbound.studies.base import STUDIES
 
     name = settings.get("study")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from specbound.studies.base import STUDIES
+from specbound.studies import STUDIES  # every study registered
 from specbound.studies.document import Heading, Paragraph, Table, to_html, to_markdown
 from specbound.studies.records import RECORDS_FILE, SETTINGS_FILE, StudyResults, read_results
 
