@@ -1,8 +1,8 @@
 """The acceptance study's exact part: each row's tail cut, then every method's exact
 acceptance at each number of drafts, in this process or on spawned worker processes
-(``ExactPool``). It imports only the math layers (numpy and the compiled loops, no torch),
-so that a worker, which imports this module to unpickle its task, starts in about a
-second (``studies/__init__.py`` imports the studies on first use for the same reason)."""
+(``ExactPool``). It imports only the math layers (numpy and the compiled loops), so that a
+worker, which imports this module to unpickle its task, imports neither torch nor the
+studies (``studies/__init__.py`` registers the studies on first use for the same reason)."""
 
 from __future__ import annotations
 
