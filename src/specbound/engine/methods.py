@@ -4,13 +4,13 @@ One engine runs them all (``specbound.engine.decode``). A method says how many d
 node of the tree gets — fixed per depth (``Levels``) or decided per node against a node
 budget (``Budget``) — from which draft scheme, and which verifier of the registry
 (``specbound.verifiers``) decides: a per-node verifier at each depth, walking top-down, or
-one verifier over the whole drafted tree (block, traversal).
+one verifier over the whole drafted tree (block, traversal, univer).
 
 | method           | drafts per node                   | verifier                                  | source       |
 |------------------|-----------------------------------|-------------------------------------------|--------------|
 | autoregressive   | (none)                            | (a token from p each step)                |              |
 | chain            | 1 at each of γ depths             | single (token-wise) or block              | [LEV], [BLOCK] |
-| tree             | n at each of d depths             | any per-node verifier, or traversal       | [HU], [TRAVERSAL] |
+| tree             | n at each of d depths             | any per-node verifier, or traversal / univer | [HU], [GR], [TRAVERSAL], [UNIVER] |
 | sparse           | decided per node, budget of nodes | a per-node verifier with its scheme, or traversal | EAGLE-2-style |
 | batch            | M, then 1, ..., 1 (γ)             | rrs at the root, then single              | [YIN] §2     |
 | decoding_opt/uno | 1 at each of γ depths             | decoding_opt / decoding_uno with ε        | [YIN] §3     |
