@@ -60,9 +60,21 @@ def rng():
     return np.random.default_rng(20241130)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def single_thread_session():
+    """One torch thread from the start of the session, so that module and session fixtures
+    (built before any test's ``single_thread``) run on one too: the workers already fill the
+    cores, and two threads each on two shared cores slow a tiny model's forwards many times over."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def single_thread():
-    """Tiny models run fastest on one thread (and do not fight other processes)."""
+    """Tiny models run fastest on one thread (and do not fight other processes); a test that
+    sets another count leaves one thread to the next."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
