@@ -266,9 +266,15 @@ def llamacpp_decoder(gguf_models, processing, drafter="model"):
 
 
 CASES = {**LOSSLESS_CASES, **TREE_VERIFIER_CASES}
+# Cases whose shape of tree and processing another case already runs on llama.cpp, differing in
+# the verifier only: the backend scores and commits the same entries, and each verifier's
+# losslessness is checked in the fast suite on the torch pair (test_engine_lossless). They run
+# with ``-m slow``.
+SLOW_ON_LLAMA_CPP = ("tree-kseq", "tree-global_resolution", "tree-univer-top_p", "sparse-traversal-top_p")
 
 
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("case", [pytest.param(case, id=name, marks=[pytest.mark.slow] * (name in SLOW_ON_LLAMA_CPP))
+                                  for name, case in CASES.items()])
 def test_every_method_on_llama_cpp_generates_the_target_sequence_law(case, gguf_models, target_lm):
     name, options, processing = case
     samples = sample_sequences(llamacpp_decoder(gguf_models, processing), build_method(name, **options), batched=False)
