@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from specbound import arguments
 from specbound.engine.backends import CHOICES as BACKENDS
-from specbound.models import DTYPES
 from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
+from specbound.models import DTYPES
 
 if TYPE_CHECKING:
     from specbound.engine.methods import Method

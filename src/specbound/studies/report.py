@@ -57,13 +57,15 @@ def _fitting(studies: list[StudyResults], what: str, build):
 
 
 def weights_description(models: dict, files: bool = True) -> str:
-    """How the pair ran: the torch dtype, or the llama.cpp backend (whose settings have no
-    dtype: the GGUF files run as they are), with its files where ``files``."""
+    """How the pair ran: the torch dtype, or as its backend describes its settings
+    (``Backend.weights_description``: llama.cpp's have no dtype, the GGUF files run as they
+    are), with its files where ``files``."""
+    from specbound.engine.backends import BACKENDS, get_backend
+
     if models.get("dtype") is not None:
         return str(models["dtype"])
-    if models.get("backend") == "llama.cpp":
-        files = files and ", ".join(str(models[key]) for key in ("target_file", "draft_file") if key in models)
-        return f"llama.cpp backend, {models.get('threads', '?')} threads" + (f" ({files})" if files else "")
+    if models.get("backend") in BACKENDS:
+        return get_backend(models["backend"]).weights_description(models, files)
     return "dtype not recorded"
 
 
