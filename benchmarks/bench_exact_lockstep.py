@@ -43,10 +43,14 @@ def serve() -> None:
     """One side: read 'FILE INDEX' lines, answer each with the CPU seconds of that position's exact part."""
     import inspect
 
-    from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods
-    from specbound.studies.exact_part import _worker_setup, unit_exact_part
+    from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, acceptance_methods, unit_exact_part
+    try:
+        from specbound.studies.exact_part import _worker_setup
+    except ImportError:  # a tree from before the exact part had a module of its own
+        from specbound.studies.acceptance import _worker_setup
 
-    _worker_setup()
+    # A worker ends with its parent where the tree's setup takes one (the trees compared may predate it).
+    _worker_setup(*([os.getppid()] if inspect.signature(_worker_setup).parameters else []))
     methods = list(acceptance_methods())
     deferring = {"defer": True} if "defer" in inspect.signature(unit_exact_part).parameters else {}
     loaded = {}
