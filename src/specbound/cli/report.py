@@ -5,17 +5,28 @@ from __future__ import annotations
 
 import argparse
 
+from pathlib import Path
+
 from specbound.cli.inputs import check_study_settings
 
 
 def run(args: argparse.Namespace) -> int:
     from specbound.studies.report import write_report
 
+    check_results_folder(args.results_dir)
     check_study_settings(args.results_dir, "results")
     markdown = write_report(args.results_dir)
     print(f"wrote {markdown}")
     print(f"wrote {markdown.with_suffix('.html')}")
     return 0
+
+
+def check_results_folder(text: str) -> None:
+    """An existing folder, named: an empty value is no folder (never the current one)."""
+    if not text.strip():
+        raise ValueError("results: expected a folder, got ''")
+    if not Path(text).is_dir():
+        raise ValueError(f"results: {text!r} " + ("is a file, not a folder" if Path(text).exists() else "does not exist"))
 
 
 def register(subparsers) -> None:
