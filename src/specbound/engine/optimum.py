@@ -9,11 +9,12 @@ from the best possible. Whole-tree verifiers (block, traversal) are not recorded
 
 A ``Decoder``'s recorder is off (budget 0) until given a budget; the ``Speculator``'s decoders
 (``specbound run``, ``serve``, ``generate``) get ``BUDGET``. Both figures cost a pass or a sort
-over the vocabulary per node (0.5–50 ms on a 151,936-token row, more for many drafts), so
-``OptimumRecorder`` computes them at a random share of the positions (its own seeded
-generator: the tokens never change) chosen so that their time stays within ``BUDGET`` of the
-decoding time between its calls; with a share below 1 the means carry a standard error (positions sampled at random from the request's verified positions, finite-
-population corrected: 0 when every position was computed). Rows whose exact acceptance is
+over the vocabulary per node (more for many drafts; ``benchmarks/bench_audit.py --sections
+optimum`` measures it against decoding), so ``OptimumRecorder`` computes them at a random
+share of the positions (its own seeded generator: the tokens never change) chosen so that
+their time stays within ``BUDGET`` of the decoding time between its calls; with a share below
+1 the means carry a standard error (positions sampled at random from the request's verified
+positions, finite-population corrected: 0 when every position was computed). Rows whose exact acceptance is
 refused (its work limit, ``checks.WorkLimitError``, or any other ValueError) are left out:
 the figures never stop decoding.
 """
