@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from specbound.engine.backends import Entries
+from specbound.engine.backends import Entries, backend_of
 
 
 class Reference:
@@ -67,18 +67,14 @@ def as_reference(source, progress: bool = False) -> Reference:
         return source
     if all(hasattr(source, name) for name in ("reset", "prefill", "score", "commit", "logits_size")):
         return Reference(source)
-    if isinstance(source, torch.nn.Module):
-        from specbound.engine import CausalLM
-
-        return Reference(CausalLM(source))
-    if type(source).__name__ == "LlamaCppModel":
-        from specbound.engine.backends.llamacpp import LlamaCppLM
-
-        return Reference(LlamaCppLM(source))
     if isinstance(source, (str, Path)):
         return Reference(_load(Path(source), progress))
-    raise ValueError(f"reference: expected a .gguf file, a Hugging Face folder or a loaded model, got "
-                     f"{type(source).__name__}")
+    try:
+        backend = backend_of(source)  # a model a backend holds: a transformers causal LM, a LlamaCppModel
+    except ValueError:
+        raise ValueError(f"reference: expected a .gguf file, a Hugging Face folder or a loaded model, got "
+                         f"{type(source).__name__}") from None
+    return Reference(backend.language_model(source))
 
 
 def _load(path: Path, progress: bool):
