@@ -269,8 +269,9 @@ CASES = {**LOSSLESS_CASES, **TREE_VERIFIER_CASES}
 # Cases whose shape of tree and processing another case already runs on llama.cpp, differing in
 # the verifier only: the backend scores and commits the same entries, and each verifier's
 # losslessness is checked in the fast suite on the torch pair (test_engine_lossless). They run
-# with ``-m slow``.
-SLOW_ON_LLAMA_CPP = ("tree-kseq", "tree-global_resolution", "tree-univer-top_p", "sparse-traversal-top_p")
+# with ``-m slow``. UniVer stays in the fast suite: its trees are drafted i.i.d. and decided by
+# Global Resolution's plans, a drafting no other case runs on llama.cpp.
+SLOW_ON_LLAMA_CPP = ("tree-kseq", "tree-global_resolution", "sparse-traversal-top_p")
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=name, marks=[pytest.mark.slow] * (name in SLOW_ON_LLAMA_CPP))
