@@ -69,6 +69,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20, help="audits per bias of the power curve")
     parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--backends", default="llama.cpp,torch", help="backends of the `ours` section")
+    parser.add_argument("--methods", default=None,
+                        help="of `ours`, comma-separated indices into METHODS (default: all; torch: its two)")
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny models instead of the embedded pair")
     parser.add_argument("--output", default="benchmarks/results/audit.json")
     args = parser.parse_args()
@@ -77,6 +80,10 @@ def main() -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    if set(args.backends.split(",")) - {"llama.cpp", "torch"}:
+        parser.error(f"--backends: choose from llama.cpp, torch; got {args.backends!r}")
+    if args.methods is not None and not all(i.isdigit() and int(i) < len(METHODS) for i in args.methods.split(",")):
+        parser.error(f"--methods: indices into METHODS, each below {len(METHODS)}; got {args.methods!r}")
     with tempfile.TemporaryDirectory() as scratch:
         models = TinyModels(Path(scratch)) if args.tiny else EmbeddedModels(args)
         records = {section: RUNNERS[section](args, models) for section in sections}
@@ -160,7 +167,10 @@ def run_ours(args, models) -> list[dict]:
     from specbound.api import Speculator
 
     records = []
-    for backend, methods in (("llama.cpp", METHODS), ("torch", TORCH_METHODS)):
+    chosen = METHODS if args.methods is None else [METHODS[int(i)] for i in args.methods.split(",")]
+    for backend, methods in (("llama.cpp", chosen), ("torch", [m for m in chosen if m in TORCH_METHODS])):
+        if backend not in args.backends.split(","):
+            continue
         pair = models.pair(backend)
         speculator = Speculator(pair=pair, progress=False)
         prompts = models.prompts(pair)
