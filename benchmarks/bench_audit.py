@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 
 from specbound.audit import audit
+from specbound.audit.reference import pair_reference
 from specbound.audit.samplers import ModelDraft, engine_sampler, llama_cpp_sampler, transformers_sampler
 from specbound.engine import Processing, Sampling
 
@@ -177,7 +178,7 @@ def run_ours(args, models) -> list[dict]:
         for name, options in methods:
             decoder, method = speculator.decoder_for(Sampling(args.temperature), name, options)
             records.append(audited(args, {"engine": "specbound", "backend": backend, "method": method.name},
-                                   engine_sampler(decoder, method), pair.target, prompts, pair.vocab_size))
+                                   engine_sampler(decoder, method), pair_reference(pair), prompts, pair.vocab_size))
     return records
 
 

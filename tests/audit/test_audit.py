@@ -45,11 +45,11 @@ def test_speculative_sampling_passes(bigram, tolerances):
 
 def test_rejection_sampling_from_the_target_instead_of_the_residual_fails(bigram):
     sampler = chain_sampler(bigram["target"], bigram["draft"], bug="target_residual")
-    result = run(sampler, bigram["reference"])  # at the default tolerances
+    result = run(sampler, bigram["reference"], samples=4096)  # at the default (widest) tolerances
     assert not result.passed and result.p_value < 1e-4
 
 
-@pytest.mark.parametrize("tolerances, samples, max_new_tokens", [(EXACT, 1024, 16), ({}, 4096, 4)],
+@pytest.mark.parametrize("tolerances, samples, max_new_tokens", [(EXACT, 1024, 16), ({}, 4096, 16)],
                          ids=["exact", "default-tolerances"])
 def test_a_draft_law_other_than_the_one_drafted_from_fails(bigram, tolerances, samples, max_new_tokens):
     """Drafts drawn with top-k, the ratio and residual computed with q without it (the
@@ -178,3 +178,24 @@ def test_null_audits_fail_at_most_at_the_level_rate(bigram):
                            top_k=TOP_K, max_new_tokens=4, samples=24, seed=seed, level=level, **EXACT).passed
                  for seed in range(audits))
     assert failed <= scipy_stats.binom.isf(1e-4, audits, level)
+
+
+def test_default_tolerances_are_the_reference_backends_rounding(bigram, tiny_models):
+    """A reference on a backend's kernels is tolerated that backend's rounding; one on kernels
+    no backend names (a table) the widest, which covers every backend's."""
+    from specbound.audit.tolerances import ROW_TOLERANCE, TOLERANCE
+    from specbound.engine.backends import BACKENDS, get_backend
+
+    for name in BACKENDS:
+        rounding = get_backend(name).rounding
+        assert 0 < rounding.mean_tv <= TOLERANCE and 0 < rounding.row_tv <= ROW_TOLERANCE
+    table = run(exact_sampler(bigram["target"]), bigram["reference"], samples=8, max_new_tokens=2)
+    assert (table.tolerance, table.row_tolerance) == (TOLERANCE, ROW_TOLERANCE)
+    target, _ = tiny_models
+    on_torch = audit(lambda prompt, count, seed: [1] * count, target, ENGINE_PROMPTS, temperature=0.8,
+                     max_new_tokens=2, samples=4, seed=0)
+    torch_rounding = get_backend("torch").rounding
+    assert (on_torch.tolerance, on_torch.row_tolerance) == (torch_rounding.mean_tv, torch_rounding.row_tv)
+    given = audit(lambda prompt, count, seed: [1] * count, target, ENGINE_PROMPTS, temperature=0.8,
+                  max_new_tokens=2, samples=4, seed=0, tolerance=0.0, row_tolerance=0.0)
+    assert (given.tolerance, given.row_tolerance) == (0.0, 0.0)

@@ -18,7 +18,7 @@ at least as large) that the pooled test catches with probability ≥ 0.99 at thi
 count (``audit.pit.detectable_shift``), scaled up by the share of positions scored when
 sequences end before ``max_new_tokens``.
 
-The default tolerances are ``audit.tolerances``'s, measured on llama.cpp's kernels.
+The default tolerances are the rounding of the reference's backend (``audit.tolerances``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 from specbound.audit.pit import (ContextGroup, ContextTest, PooledTest, context_test, detectable_shift, pit_values,
                                  pooled_test, top_categories)
 from specbound.audit.reference import as_reference
-from specbound.audit.tolerances import ROW_TOLERANCE, TOLERANCE
+from specbound.audit.tolerances import tolerances_of
 from specbound.checks import positive_int
 from specbound.engine.processing import Processing
 
@@ -69,24 +69,28 @@ class AuditResult:
 
 def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompts: Sequence[Sequence[int]], *,
           temperature: float, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int, samples: int, seed: int = 0,
-          level: float = 1e-3, tolerance: float = TOLERANCE, row_tolerance: float = ROW_TOLERANCE,
+          level: float = 1e-3, tolerance: float | None = None, row_tolerance: float | None = None,
           vocab_size: int | None = None, on_sample: Callable[[int, dict], None] | None = None) -> AuditResult:
     """Audit ``sampler`` against ``reference`` (module docstring). ``top_k`` 0 and ``top_p``
-    1 turn them off; ``vocab_size``: the logits kept (the tokenizer's size where the model's
-    rows are padded; None keeps them all); ``on_sample(index, record)`` is told each sample
-    as it is scored (progress, saving as it goes). ValueError naming the argument for bad
-    input: prompts with ids outside the reference's vocabulary, a sampler that raises, returns
-    something that is not token ids, more than ``max_new_tokens`` or ids outside the vocabulary."""
+    1 turn them off; a tolerance left None is the rounding of the reference's backend
+    (``audit.tolerances``); ``vocab_size``: the logits kept (the tokenizer's size where the
+    model's rows are padded; None keeps them all); ``on_sample(index, record)`` is told each
+    sample as it is scored (progress, saving as it goes). ValueError naming the argument for
+    bad input: prompts with ids outside the reference's vocabulary, a sampler that raises,
+    returns something that is not token ids, more than ``max_new_tokens`` or ids outside the
+    vocabulary."""
     positive_int("max_new_tokens", max_new_tokens)
     positive_int("samples", samples)
     if not 0 < level < 1:
         raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
     for name, value in (("tolerance", tolerance), ("row_tolerance", row_tolerance)):
-        if not 0 <= value < 1:
-            raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
+        if value is not None and not (isinstance(value, (int, float)) and 0 <= value < 1):
+            raise ValueError(f"{name}: expected a number in [0, 1) or None, got {value!r}")
     top_k = None if top_k in (0, None) else top_k
     processing = Processing(temperature, top_k, None if top_p is None or top_p >= 1 else top_p, vocab_size)
     scorer = as_reference(reference)
+    tolerance, row_tolerance = (given if given is not None else default for given, default in zip(
+        (tolerance, row_tolerance), tolerances_of(getattr(scorer, "backend", None))))
     vocab = vocab_size or scorer.vocab_size
     if vocab > scorer.vocab_size:
         raise ValueError(f"vocab_size: {vocab} exceeds the reference's {scorer.vocab_size} logits")

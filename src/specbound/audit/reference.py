@@ -12,7 +12,11 @@ engine runs (an ``engine.backends.torch.CausalLM``, an ``engine.backends.llamacp
 their ``reset``/``prefill``/``score``/``commit``); a transformers causal LM; a llama.cpp
 ``LlamaCppModel``; or a path — a ``.gguf`` file (on llama.cpp when llama-cpp-python is
 installed, else dequantised by transformers) or a Hugging Face folder. Prompts are token ids,
-so no tokenizer is read: a GGUF file without one works on llama.cpp.
+so no tokenizer is read: a GGUF file without one works on llama.cpp. ``pair_reference(pair)``
+is the target of a loaded pair as our engine runs it (its float32 prefill twin where it has
+one). A reference knows the
+backend whose kernels it runs on (``Reference.backend``; None for kernels no backend names):
+the audit tolerates that backend's rounding (``audit.tolerances``).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ class Reference:
     """Teacher-forced next-token logits of a language model with the engine's protocol
     (module docstring)."""
 
-    def __init__(self, language_model):
+    def __init__(self, language_model, backend=None):
         self.language_model = language_model
+        self.backend = backend  # the ``engine.backends.Backend`` whose kernels it runs on (None: unknown)
         self._prompt: tuple[int, ...] | None = None
         self._first: torch.Tensor | None = None
 
@@ -66,15 +71,29 @@ def as_reference(source, progress: bool = False) -> Reference:
     if isinstance(source, Reference):
         return source
     if all(hasattr(source, name) for name in ("reset", "prefill", "score", "commit", "logits_size")):
-        return Reference(source)
+        return Reference(source, _backend_or_none(getattr(source, "model", None)))
     if isinstance(source, (str, Path)):
-        return Reference(_load(Path(source), progress))
-    try:
-        backend = backend_of(source)  # a model a backend holds: a transformers causal LM, a LlamaCppModel
-    except ValueError:
+        language_model = _load(Path(source), progress)
+        return Reference(language_model, _backend_or_none(language_model.model))
+    backend = _backend_or_none(source)  # a model a backend holds: a transformers causal LM, a LlamaCppModel
+    if backend is None:
         raise ValueError(f"reference: expected a .gguf file, a Hugging Face folder or a loaded model, got "
-                         f"{type(source).__name__}") from None
-    return Reference(backend.language_model(source))
+                         f"{type(source).__name__}")
+    return Reference(backend.language_model(source), backend)
+
+
+def pair_reference(pair) -> Reference:
+    """The target of an ``engine.pair.ModelPair`` as our engine runs it without speculation:
+    on torch, a bf16 target prefilled by its float32 twin as the engine's decoders prefill it."""
+    return Reference(pair.backend.language_model(pair.target, pair.target_twin), pair.backend)
+
+
+def _backend_or_none(model):
+    """The backend holding ``model``, None where none does."""
+    try:
+        return backend_of(model)
+    except ValueError:
+        return None
 
 
 def _load(path: Path, progress: bool):

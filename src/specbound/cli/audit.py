@@ -57,7 +57,7 @@ def parse_engine(text: str) -> tuple[str, str, dict]:
 
 def run(args: argparse.Namespace) -> int:
     for option in ("level", "tolerance", "row_tolerance"):  # each in [0, 1) — the parser's checks stop at 1
-        if getattr(args, option) >= 1:
+        if getattr(args, option) is not None and getattr(args, option) >= 1:
             raise ValueError(f"{option}: expected a number below 1, got {getattr(args, option):g}")
     kind, name, options = parse_engine(args.engine)
     from specbound.cli.inputs import prompt_set
@@ -83,7 +83,9 @@ def build_engine(args, kind: str, name: str, options: dict):
 
         speculator = Speculator(args.target, args.draft, progress=progress, backend=args.backend)
         decoder, method = speculator.decoder_for(Sampling(args.temperature, args.top_k, args.top_p), name, options)
-        return samplers.engine_sampler(decoder, method), speculator.pair.target, speculator.pair
+        from specbound.audit.reference import pair_reference
+
+        return samplers.engine_sampler(decoder, method), pair_reference(speculator.pair), speculator.pair
     if kind == "endpoint":
         pair = load_pair(args.target, None, progress=progress, backend=_backend(args))
         sampler = samplers.endpoint_sampler(name, args.model, args.temperature, args.top_k or 0, args.top_p or 1.0,
@@ -200,7 +202,6 @@ def report(summary: dict) -> str:
 
 
 def register(subparsers) -> None:
-    from specbound.audit.tolerances import ROW_TOLERANCE, TOLERANCE
     from specbound.cli.decoding import add_model_arguments, add_sampling_arguments
 
     parser = subparsers.add_parser("audit", help="test whether a speculative engine samples from its target's law",
@@ -215,10 +216,12 @@ def register(subparsers) -> None:
     parser.add_argument("--limit", type=arguments.positive_int, default=8, help="prompts of the set (default 8)")
     parser.add_argument("--level", type=arguments.number(0.0, 1.0, low_open=True), default=1e-3,
                         help="the false-alarm rate at most (default 0.001)")
-    parser.add_argument("--tolerance", type=arguments.number(0.0, 1.0), default=TOLERANCE,
-                        help=f"mean per-position TV a correct engine may differ by (rounding; default {TOLERANCE})")
-    parser.add_argument("--row-tolerance", type=arguments.number(0.0, 1.0), default=ROW_TOLERANCE,
-                        help=f"one shared row's TV a correct engine may differ by (default {ROW_TOLERANCE})")
+    parser.add_argument("--tolerance", type=arguments.number(0.0, 1.0), default=None,
+                        help="mean per-position TV a correct engine may differ by (rounding; default: the reference "
+                        "backend's, llama.cpp 0.015, torch 0.01)")
+    parser.add_argument("--row-tolerance", type=arguments.number(0.0, 1.0), default=None,
+                        help="one shared row's TV a correct engine may differ by (default: the reference backend's, "
+                        "llama.cpp 0.1, torch 0.08)")
     parser.add_argument("--num-drafts", type=arguments.positive_int, default=4,
                         help="llama-cpp-python's tokens drafted per step (default 4)")
     parser.add_argument("--server", choices=SERVERS, default="specbound",

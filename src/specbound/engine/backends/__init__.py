@@ -159,15 +159,33 @@ class BaseLM:
                 raise ValueError(f"{what}: commit the pending entries first")
 
 
+@dataclass(frozen=True)
+class Rounding:
+    """How far one sequence's next-token laws at temperature 0.7 differ between batch shapes
+    on a backend's kernels — the reference's way (the prompt prefilled alone, then one
+    forward over the continuation) against one row or four rows a forward — measured on the
+    default target (``benchmarks/bench_audit_rounding.py``,
+    ``benchmarks/results/audit_rounding.json``) and rounded up with a margin: how far a
+    correct speculative engine's rows may lie from an auditor's reference on these kernels
+    (``specbound.audit``'s tolerances).
+
+    ``mean_tv``: the mean total variation per row; ``row_tv``: one row's, the largest."""
+
+    mean_tv: float
+    row_tv: float
+
+
 class Backend:
     """What differs between backends, asked of the backend object, never by its name.
 
     ``name``: as the command line and the records write it; ``float32_twins``: whether it
     keeps float32 prefill twins of a bf16 model; ``install``: how to get it where it is
-    not installed, and ``missing`` what a user misses without it."""
+    not installed, and ``missing`` what a user misses without it; ``rounding``: how far its
+    kernels' rows differ between batch shapes (``Rounding``)."""
 
     name: str
     float32_twins: bool = False
+    rounding: Rounding
     install: str = ""
     missing: str = ""
 
