@@ -158,7 +158,11 @@ def audited(args, label: dict, sampler, reference, prompts, vocab_size=None, top
     result = audit(sampler, reference, prompts, temperature=args.temperature, top_k=top_k,
                    max_new_tokens=args.max_new_tokens, samples=args.samples, seed=0, vocab_size=vocab_size)
     record = {**label, "passed": result.passed, "p_value": result.p_value, "detectable_tv": result.detectable_tv,
-              "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value, "positions": result.scored,
+              "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value,
+              "sharpness_p": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
+              "detectable_sharpening": result.detectable_sharpening, "positions": result.scored,
+              "tolerances": [result.tolerance, result.row_tolerance, result.sharpness_tolerance,
+                             result.variance_tolerance],
               "seconds": {**result.seconds, "total": time.perf_counter() - started}}
     print(json.dumps(record), file=sys.stderr)
     return record

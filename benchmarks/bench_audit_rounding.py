@@ -13,9 +13,13 @@ temperature T (top-k as given; 0: off):
   the mass outside it: logit errors spread over s move that mass by a factor within
   [e^−s, e^s], so ``top`` / ``eta`` says how rounding scales with a row's own uncertainty.
 
-Writes one JSON record per backend and top-k: max and mean of ``tv`` (what
-``engine.backends.Rounding`` states, with a margin), Σ top / Σ eta, the largest ``top / eta``
-and its quantiles, with lscpu's model and flags.
+- the sharpness test's score f = log max(p, ``audit.pit.FLOOR``) of the reference's row p:
+  ``score_drift`` = Σ|E'[f] − E[f]| / Σσ and ``score_variance`` = Σ E'[(f − E[f])²] / Σσ² − 1,
+  E' under the engine's row, σ² = Var_p(f).
+
+Writes one JSON record per backend and top-k: max and mean of ``tv``, ``score_drift`` and
+``score_variance`` (what ``engine.backends.Rounding`` states, with a margin), Σ top / Σ eta,
+the largest ``top / eta`` and its quantiles, with lscpu's model and flags.
 
     python benchmarks/bench_audit_rounding.py --limit 16 --max-new-tokens 32 --threads 2
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 import torch
 
 from bench_forward_rows import lscpu
+from specbound.audit.pit import FLOOR
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
 from specbound.engine.backends import Entries
@@ -133,11 +138,20 @@ def summary(processing: Processing, pairs: list) -> dict:
     moved = (engine.gather(1, top[:, None])[:, 0] - top_mass).abs()
     uncertain = eta > 1e-9
     ratio = moved[uncertain] / eta[uncertain]
-    quantiles = torch.quantile(ratio, torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)).tolist() if len(ratio) else []
+    scores = reference.clamp(min=FLOOR).log()
+    centre = (reference * scores).sum(dim=1, keepdim=True)
+    spread = (reference * (scores - centre) ** 2).sum(dim=1)
+    drift = (engine * (scores - centre)).sum(dim=1)
+    second = (engine * (scores - centre) ** 2).sum(dim=1)
+    cuts = torch.tensor([0.5, 0.9, 0.99], dtype=torch.float64)
+    quantiles = torch.quantile(ratio, cuts).tolist() if len(ratio) else []
     return {"rows": len(pairs), "tv_max": float(tv.max()), "tv_mean": float(tv.mean()),
             "top_over_eta_aggregate": float(moved.sum() / eta.sum()), "top_over_eta_max": float(ratio.max()),
             "top_over_eta_quantiles_50_90_99": quantiles, "eta_mean": float(eta.mean()),
-            "moved_where_eta_zero": float(moved[~uncertain].max()) if (~uncertain).any() else 0.0}
+            "moved_where_eta_zero": float(moved[~uncertain].max()) if (~uncertain).any() else 0.0,
+            "score_drift": float(drift.abs().sum() / spread.sqrt().sum()),
+            "score_drift_signed": float(drift.sum() / spread.sqrt().sum()),
+            "score_variance": float(second.sum() / spread.sum() - 1)}
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ def run(sampler, reference, samples=1024, max_new_tokens=16, count=4, **toleranc
                  samples=samples, seed=1, level=LEVEL, **tolerances)
 
 
-EXACT = {"tolerance": 0.0, "row_tolerance": 0.0}  # the tables' rows are exact: no rounding to tolerate
+# the tables' rows are exact: no rounding to tolerate
+EXACT = {"tolerance": 0.0, "row_tolerance": 0.0, "sharpness_tolerance": 0.0, "variance_tolerance": 0.0}
 
 
 @pytest.mark.parametrize("tolerances", [EXACT, {}], ids=["exact", "default-tolerances"])
@@ -183,19 +184,25 @@ def test_null_audits_fail_at_most_at_the_level_rate(bigram):
 def test_default_tolerances_are_the_reference_backends_rounding(bigram, tiny_models):
     """A reference on a backend's kernels is tolerated that backend's rounding; one on kernels
     no backend names (a table) the widest, which covers every backend's."""
-    from specbound.audit.tolerances import ROW_TOLERANCE, TOLERANCE
+    from specbound.audit.tolerances import ROW_TOLERANCE, SHARPNESS_TOLERANCE, TOLERANCE, VARIANCE_TOLERANCE
     from specbound.engine.backends import BACKENDS, get_backend
 
+    def tolerances(result):
+        return result.tolerance, result.row_tolerance, result.sharpness_tolerance, result.variance_tolerance
+
+    widest = (TOLERANCE, ROW_TOLERANCE, SHARPNESS_TOLERANCE, VARIANCE_TOLERANCE)
     for name in BACKENDS:
         rounding = get_backend(name).rounding
-        assert 0 < rounding.mean_tv <= TOLERANCE and 0 < rounding.row_tv <= ROW_TOLERANCE
+        stated = (rounding.mean_tv, rounding.row_tv, rounding.score_drift, rounding.score_variance)
+        assert all(0 < value <= bound for value, bound in zip(stated, widest))
     table = run(exact_sampler(bigram["target"]), bigram["reference"], samples=8, max_new_tokens=2)
-    assert (table.tolerance, table.row_tolerance) == (TOLERANCE, ROW_TOLERANCE)
+    assert tolerances(table) == widest
     target, _ = tiny_models
     on_torch = audit(lambda prompt, count, seed: [1] * count, target, ENGINE_PROMPTS, temperature=0.8,
                      max_new_tokens=2, samples=4, seed=0)
-    torch_rounding = get_backend("torch").rounding
-    assert (on_torch.tolerance, on_torch.row_tolerance) == (torch_rounding.mean_tv, torch_rounding.row_tv)
+    rounding = get_backend("torch").rounding
+    assert tolerances(on_torch) == (rounding.mean_tv, rounding.row_tv, rounding.score_drift, rounding.score_variance)
     given = audit(lambda prompt, count, seed: [1] * count, target, ENGINE_PROMPTS, temperature=0.8,
-                  max_new_tokens=2, samples=4, seed=0, tolerance=0.0, row_tolerance=0.0)
-    assert (given.tolerance, given.row_tolerance) == (0.0, 0.0)
+                  max_new_tokens=2, samples=4, seed=0, tolerance=0.0, row_tolerance=0.0, sharpness_tolerance=0.0,
+                  variance_tolerance=0.0)
+    assert tolerances(given) == (0.0, 0.0, 0.0, 0.0)

@@ -8,7 +8,8 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from specbound.audit.pit import ContextGroup, context_test, detectable_shift, pit_values, pooled_test
+from specbound.audit.pit import (FLOOR, ContextGroup, context_test, detectable_sharpening, detectable_shift, pit_values,
+                                 pooled_test, sharpness_terms, sharpness_test)
 
 TRIALS = 2000
 LEVEL = 0.05
@@ -108,3 +109,74 @@ def test_context_test_tolerates_row_tolerance_and_catches_more():
                     for _ in range(trials))
     assert tolerated <= binomial_ceiling(trials, LEVEL)
     assert context_test(multinomial_groups(rng, laws, 2000, moved), 4, 0.0).p_value < 1e-6
+
+
+def test_sharpness_score_is_centred_with_the_rows_variance_by_enumeration():
+    """A token drawn from the row itself: E[X] = 0 and E[X²] = σ², enumerated over tokens."""
+    probs = torch.tensor([[0.6, 0.3, 0.07, 0.02, 0.006, 0.004]], dtype=torch.float64)
+    terms = [sharpness_terms(probs, torch.tensor([token])) for token in range(6)]
+    weights = probs[0].tolist()
+    assert sum(w * total for w, (total, _, _) in zip(weights, terms)) == pytest.approx(0.0, abs=1e-12)
+    variance = terms[0][2]
+    assert sum(w * total**2 for w, (total, _, _) in zip(weights, terms)) == pytest.approx(variance, rel=1e-12)
+    assert terms[0][1] == pytest.approx(math.sqrt(variance))
+    assert terms[4][0] == terms[5][0]  # both below the floor: scored alike
+    sure = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    assert sharpness_terms(sure, torch.tensor([0])) == (0.0, 0.0, 0.0)  # a sure row adds nothing
+
+
+def spreads(rng, positions: int) -> np.ndarray:
+    """σ per position as a language model's rows give them: many sure rows, some spread."""
+    return np.where(rng.random(positions) < 0.4, 0.0, rng.gamma(2.0, 0.35, positions).clip(max=1.8))
+
+
+def sharpness_totals(rng, means: np.ndarray, seconds: np.ndarray, trials: int, skew: float) -> np.ndarray:
+    """ΣX of ``trials`` audits whose scores have these means and second moments: two-point
+    laws, P(low point) = ``skew`` (0.5: symmetric; small: a rare large drop, as at a row sure
+    of its top token). # -> [trials]"""
+    scale = np.sqrt(np.maximum(seconds - means**2, 0.0))
+    low = rng.random((trials, means.size)) < skew
+    standard = np.where(low, -math.sqrt((1 - skew) / skew), math.sqrt(skew / (1 - skew)))
+    values = means + scale * standard
+    assert np.abs(values).max() <= -math.log(FLOOR)  # the bound the test's proof needs
+    return values.sum(axis=1)
+
+
+@pytest.mark.parametrize("side", [-1, 1])
+@pytest.mark.parametrize("tolerance, variance_tolerance", [(0.0, 0.0), (0.05, 0.1)])
+@pytest.mark.parametrize("skew", [0.5, 0.2])
+def test_sharpness_false_alarm_rate_at_most_the_level_at_the_tolerance(side, tolerance, variance_tolerance, skew):
+    """Scores drifted by exactly κσ at every row with second moments (1 + ν)σ² — the edge of
+    the null, on either side — are rejected at most at the level's rate."""
+    rng = np.random.default_rng(7)
+    sigma = spreads(rng, 1500)
+    totals = sharpness_totals(rng, side * tolerance * sigma, (1 + variance_tolerance) * sigma**2, TRIALS, skew)
+    rejected = sum(sharpness_test(total, sigma.sum(), (sigma**2).sum(), tolerance, variance_tolerance).p_value <= LEVEL
+                   for total in totals)
+    assert rejected <= binomial_ceiling(TRIALS, LEVEL)
+
+
+@pytest.mark.parametrize("side", [-1, 1])
+def test_a_temperature_error_of_detectable_size_is_caught_with_the_stated_power(side):
+    """Scores drifted by ±εσ² (a temperature off by the share ε) at the ε
+    ``detectable_sharpening`` states are rejected with probability ≥ 0.99."""
+    rng = np.random.default_rng(8)
+    sigma = spreads(rng, 4000)
+    tolerance, variance_tolerance, level = 0.02, 0.1, 1e-3
+    error = detectable_sharpening(sigma.sum(), (sigma**2).sum(), tolerance, variance_tolerance, level)
+    assert 0.05 < error < 0.5  # a sanity range for 4000 rows
+    trials = 400
+    totals = sharpness_totals(rng, side * error * sigma**2, sigma**2 + (error * sigma**2) ** 2, trials, 0.5)
+    missed = sum(sharpness_test(total, sigma.sum(), (sigma**2).sum(), tolerance, variance_tolerance).p_value > level
+                 for total in totals)
+    assert missed <= binomial_ceiling(trials, 0.01)
+
+
+def test_sharpness_power_grows_with_the_rows_spread_not_their_count():
+    """Sure rows (σ = 0) dilute the pooled test but not this one: the detectable error
+    depends on Σσ and Σσ² alone, and shrinks as 1/√ of them."""
+    small = detectable_sharpening(400.0, 400.0, 0.0, 0.0, 1e-3)
+    large = detectable_sharpening(1600.0, 1600.0, 0.0, 0.0, 1e-3)
+    assert large == pytest.approx(small / 2, rel=0.15)
+    assert math.isinf(detectable_sharpening(0.0, 0.0, 0.0, 0.0, 1e-3))
+    assert sharpness_test(0.0, 0.0, 0.0, 0.05, 0.1).p_value == 1.0

@@ -6,17 +6,22 @@ new tokens, EOS included where it stopped there); the reference is the same weig
 speculation (``audit.reference``). ``samples`` continuations are drawn, spread evenly over
 the prompts (prompt-major order), each with its own seed from ``numpy.random.SeedSequence
 (seed)``; every sampled token is scored by the reference by teacher forcing, its law made by
-the engine's own ``engine.processing.Processing`` (temperature, top-k, top-p), and the two
-tests of ``audit.pit`` are run: the pooled PIT test over every position and the
-shared-context test (every prompt's first token, and any later context several samples
-reached), at ``level`` together (Bonferroni: each at level/2). Under the null —
-the engine's law within ``tolerance`` in mean TV per position, and within ``row_tolerance`` on
-one shared context's row — the audit fails with probability at most ``level``.
+the engine's own ``engine.processing.Processing`` (temperature, top-k, top-p), and the three
+tests of ``audit.pit`` are run: the pooled PIT test over every position, the shared-context
+test (every prompt's first token, and any later context several samples reached) and the
+sharpness test (every position, its noise scaled to the rows' uncertainty), at ``level``
+together (Bonferroni: each at level/3). Under the null — the engine's law within
+``tolerance`` in mean TV per position, within ``row_tolerance`` on one shared context's row,
+and its mean log-probability score within ``sharpness_tolerance`` (its second moment within
+``variance_tolerance``) of the reference's in aggregate — the audit fails with probability at
+most ``level``.
 
 ``detectable_tv``: the per-position shift across the reference's probability ranking (a TV
 at least as large) that the pooled test catches with probability ≥ 0.99 at this sample
 count (``audit.pit.detectable_shift``), scaled up by the share of positions scored when
-sequences end before ``max_new_tokens``.
+sequences end before ``max_new_tokens``. ``detectable_sharpening``: the error in temperature,
+as a share (an engine sampling at T/(1 ± ε)), the sharpness test catches with probability
+≥ 0.99 at this audit's rows (``audit.pit.detectable_sharpening``).
 
 The default tolerances are the rounding of the reference's backend (``audit.tolerances``).
 """
@@ -31,8 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from specbound.audit.pit import (ContextGroup, ContextTest, PooledTest, context_test, detectable_shift, pit_values,
-                                 pooled_test, top_categories)
+from specbound.audit.pit import (ContextGroup, ContextTest, PooledTest, SharpnessTest, context_test,
+                                 detectable_sharpening, detectable_shift, pit_values, pooled_test, sharpness_terms,
+                                 sharpness_test, top_categories)
 from specbound.audit.reference import as_reference
 from specbound.audit.tolerances import tolerances_of
 from specbound.checks import positive_int
@@ -50,14 +56,18 @@ class PositionStat:
 @dataclass
 class AuditResult:
     passed: bool
-    p_value: float  # Bonferroni of the two tests
+    p_value: float  # Bonferroni of the three tests
     detectable_tv: float  # module docstring
     positions: list[PositionStat]  # by position
     level: float
     tolerance: float
     row_tolerance: float
+    sharpness_tolerance: float
+    variance_tolerance: float
     pooled: PooledTest
     shared: ContextTest
+    sharpness: SharpnessTest
+    detectable_sharpening: float  # module docstring
     pit: np.ndarray  # [samples, max_new_tokens] the PIT values, fresh uniforms after a sequence ended
     samples: list[dict]  # per sample: prompt (index), seed, tokens
     scored: int  # positions scored (the rest were past a sequence's end)
@@ -70,6 +80,7 @@ class AuditResult:
 def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompts: Sequence[Sequence[int]], *,
           temperature: float, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int, samples: int, seed: int = 0,
           level: float = 1e-3, tolerance: float | None = None, row_tolerance: float | None = None,
+          sharpness_tolerance: float | None = None, variance_tolerance: float | None = None,
           vocab_size: int | None = None, on_sample: Callable[[int, dict], None] | None = None) -> AuditResult:
     """Audit ``sampler`` against ``reference`` (module docstring). ``top_k`` 0 and ``top_p``
     1 turn them off; a tolerance left None is the rounding of the reference's backend
@@ -83,14 +94,17 @@ def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompt
     positive_int("samples", samples)
     if not 0 < level < 1:
         raise ValueError(f"level: expected a number in (0, 1), got {level!r}")
-    for name, value in (("tolerance", tolerance), ("row_tolerance", row_tolerance)):
+    given = {"tolerance": tolerance, "row_tolerance": row_tolerance, "sharpness_tolerance": sharpness_tolerance,
+             "variance_tolerance": variance_tolerance}
+    for name, value in given.items():
         if value is not None and not (isinstance(value, (int, float)) and 0 <= value < 1):
             raise ValueError(f"{name}: expected a number in [0, 1) or None, got {value!r}")
     top_k = None if top_k in (0, None) else top_k
     processing = Processing(temperature, top_k, None if top_p is None or top_p >= 1 else top_p, vocab_size)
     scorer = as_reference(reference)
-    tolerance, row_tolerance = (given if given is not None else default for given, default in zip(
-        (tolerance, row_tolerance), tolerances_of(getattr(scorer, "backend", None))))
+    tolerance, row_tolerance, sharpness_tolerance, variance_tolerance = (
+        value if value is not None else default
+        for value, default in zip(given.values(), tolerances_of(getattr(scorer, "backend", None))))
     vocab = vocab_size or scorer.vocab_size
     if vocab > scorer.vocab_size:
         raise ValueError(f"vocab_size: {vocab} exceeds the reference's {scorer.vocab_size} logits")
@@ -100,6 +114,7 @@ def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompt
     pit = rng.random((samples, max_new_tokens))  # PIT randomisation where scored, the values themselves past the end
     groups: dict[tuple, ContextGroup] = {}  # (prompt, tokens so far) -> its group
     records, seconds, scored = [], {"sampling": 0.0, "scoring": 0.0}, 0
+    sharp = np.zeros(3)  # the sharpness test's ΣX, Σσ, Σσ²
     for index, prompt in enumerate(_prompt_order(len(prompts), samples)):
         started = time.perf_counter()
         tokens = _sampled(sampler, prompts[prompt], max_new_tokens, seeds[index], vocab, index)
@@ -109,6 +124,7 @@ def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompt
             probs = processing.probs(scorer.logits(prompts[prompt], tokens, room=max_new_tokens))  # [len, vocab]
             pit[index, : len(tokens)] = pit_values(probs, torch.tensor(tokens), torch.from_numpy(pit[index, : len(tokens)]))
             _join_groups(groups, prompt, tokens, *top_categories(probs))
+            sharp += sharpness_terms(probs, torch.tensor(tokens))
             scored += len(tokens)
         seconds["scoring"] += time.perf_counter() - started
         record = {"index": index, "prompt": prompt, "seed": seeds[index], "tokens": tokens}
@@ -117,15 +133,18 @@ def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompt
             on_sample(index, record)
     pooled = pooled_test(pit, tolerance)
     shared = context_test(list(groups.values()), max_new_tokens, row_tolerance)
-    p_value = min(1.0, 2 * min(pooled.p_value, shared.p_value))
-    shift = detectable_shift(pit.size, tolerance, level / 2)
+    sharpness = sharpness_test(*sharp, sharpness_tolerance, variance_tolerance)
+    p_value = min(1.0, 3 * min(pooled.p_value, shared.p_value, sharpness.p_value))
+    shift = detectable_shift(pit.size, tolerance, level / 3)
     detectable = shift * pit.size / scored if scored else math.inf
     positions = []
     for column in range(max_new_tokens):
         test = pooled_test(pit[:, column], tolerance)
         reached = sum(1 for record in records if len(record["tokens"]) > column)
         positions.append(PositionStat(column + 1, reached, test.p_value, test.edge, test.fraction))
-    return AuditResult(p_value > level, p_value, detectable, positions, level, tolerance, row_tolerance, pooled, shared,
+    return AuditResult(p_value > level, p_value, detectable, positions, level, tolerance, row_tolerance,
+                       sharpness_tolerance, variance_tolerance, pooled, shared, sharpness,
+                       detectable_sharpening(sharp[1], sharp[2], sharpness_tolerance, variance_tolerance, level / 3),
                        pit, records, scored, seconds)
 
 

@@ -42,6 +42,29 @@ tokens independent, so Bonferroni over the contexts and categories at t bounds t
 at t; positions are weighted in advance (the first 1/2, each later one 1/(2(T − 1))), so the
 test's false-alarm rate is at most the level. A bias in any direction at a shared context is
 seen here, not only one along the reference's ranking.
+
+**The sharpness test (every position, its noise scaled to each row's uncertainty).** A
+verifier that accepts too much or rejects into the wrong law sharpens or flattens the
+engine's laws: it emits the reference's likely tokens more (or less) often than the reference
+does. Score each sampled token by f(y) = log max(probs[y], φ) (``FLOOR`` φ: tokens below it
+score alike, so f is bounded by b = −log φ) and centre it on the reference:
+X = f(x) − m, m = Σ probs·f, whose variance under the reference is σ² = Σ probs·(f − m)². A
+row the reference is sure of has σ ≈ 0 and adds neither signal nor noise, unlike the pooled
+test's values. Rounding moves every logit a little, so it moves the engine's mean of f by at
+most about σ·(the logits' error) (Cauchy–Schwarz): the null H0(κ, ν) is that along every path
+the engine's conditional means d_t = E'[X_t] satisfy Σ|d_t| ≤ κ·Σσ_t and its second moments
+Σ E'[X_t²] ≤ (1 + ν)·Σσ_t² (``sharpness_tolerance`` κ, ``variance_tolerance`` ν). For
+Y ≤ b and λ ≥ 0, e^{λY} ≤ 1 + λY + Y²·g(λ), g(λ) = (e^{λb} − 1 − λb)/b² (Bennett: (e^u − 1 −
+u)/u² increases), so exp(λΣX_t − λΣd_t − g(λ)ΣE'[X_t²]) is a supermartingale from 1, and under
+H0 its value at the end is at least exp(λΣX − λκΣσ − g(λ)(1 + ν)Σσ²); the mean of that over a
+fixed grid of λ (``SHARP_GRID``) has expectation ≤ 1, so by Markov 1/mean is a p-value for
+sharpening; −X (also ≤ b) gives flattening's, and the test's p-value is twice the smaller.
+
+**Its power (``detectable_sharpening``).** Sampling at temperature T/(1 + ε) instead of T
+moves the mean of log probs[x] by about ε·σ² at each row: an engine with ΣE'[X] = ±ε·Σσ² is
+caught with probability ≥ 0.99 once Bernstein's bound puts ΣX past the rejection threshold,
+P(ΣX ≤ mean − u) ≤ exp(−u²/(2(Σσ² + b·u/3))). ``detectable_sharpening`` is the least such ε
+on both sides, at the audit's Σσ and Σσ²: the error in temperature (as a share) it catches.
 """
 
 from __future__ import annotations
@@ -55,7 +78,9 @@ from scipy import stats as scipy_stats
 
 BINS = 10  # B: PIT edges at j/B
 CATEGORIES = 8  # K: the reference's most likely tokens of a shared context counted apart, the rest pooled
-POWER = 0.99  # the detection probability ``detectable_shift`` is stated for
+POWER = 0.99  # the detection probability ``detectable_shift`` and ``detectable_sharpening`` are stated for
+FLOOR = 0.01  # φ of the sharpness test: f(y) = log max(probs[y], φ), bounded by b = −log φ
+SHARP_GRID = np.geomspace(1e-3, 4.0, 48)  # λ of the sharpness test's mixture (module docstring)
 
 
 def pit_values(probs: torch.Tensor, tokens: torch.Tensor, uniforms: torch.Tensor) -> np.ndarray:
@@ -203,3 +228,70 @@ def context_test(groups: list[ContextGroup], positions: int, row_tolerance: floa
     worst = int(np.argmin(p_values))
     return ContextTest(float(p_values[worst]), int(position[worst]), int(prompt[worst]), int(token[worst]),
                        float(count[worst] / size[worst]), float(mass[worst]), int(size[worst]))
+
+
+@dataclass(frozen=True)
+class SharpnessTest:
+    p_value: float  # twice the smaller side's, ≤ 1
+    total: float  # ΣX: positive where the engine emits the reference's likely tokens more often
+    spread: float  # Σσ over the scored positions
+    variance: float  # Σσ²
+    sharpening: float  # ΣX / Σσ²: about the share by which the temperature is too low (negative: too high)
+
+
+def sharpness_terms(probs: torch.Tensor, tokens: torch.Tensor) -> tuple[float, float, float]:
+    """ΣX, Σσ and Σσ² of one sequence's rows (module docstring).  # [n, vocab], [n] -> 3 floats"""
+    probs = probs.to(torch.float64)
+    scores = probs.clamp(min=FLOOR).log()
+    mean = (probs * scores).sum(dim=1)
+    variance = (probs * (scores - mean[:, None]) ** 2).sum(dim=1)
+    taken = scores.gather(1, tokens[:, None].long())[:, 0]
+    return float((taken - mean).sum()), float(variance.clamp(min=0).sqrt().sum()), float(variance.sum())
+
+
+def _log_mean_exp(exponents: np.ndarray) -> float:
+    top = float(np.max(exponents))
+    return top + math.log(float(np.mean(np.exp(exponents - top))))
+
+
+def sharpness_tails(total: float, spread: float, variance: float, tolerance: float,
+                    variance_tolerance: float) -> tuple[float, float]:
+    """The one-sided p-values of the sharpness test: (sharpening, flattening)."""
+    bound = -math.log(FLOOR)
+    growth = np.expm1(SHARP_GRID * bound) - SHARP_GRID * bound  # g(λ)·b²
+    penalty = SHARP_GRID * tolerance * spread + growth / bound**2 * (1 + variance_tolerance) * variance
+    up = _log_mean_exp(SHARP_GRID * total - penalty)
+    down = _log_mean_exp(-SHARP_GRID * total - penalty)
+    return math.exp(-max(up, 0.0)), math.exp(-max(down, 0.0))
+
+
+def sharpness_test(total: float, spread: float, variance: float, tolerance: float,
+                   variance_tolerance: float) -> SharpnessTest:
+    """The sharpness test of ΣX = ``total`` given Σσ = ``spread`` and Σσ² = ``variance``
+    (module docstring)."""
+    up, down = sharpness_tails(total, spread, variance, tolerance, variance_tolerance)
+    return SharpnessTest(min(1.0, 2 * min(up, down)), float(total), float(spread), float(variance),
+                         float(total / variance) if variance > 0 else 0.0)
+
+
+def detectable_sharpening(spread: float, variance: float, tolerance: float, variance_tolerance: float,
+                          level: float, power: float = POWER) -> float:
+    """The least temperature error ε (a share, either way) the sharpness test at ``level``
+    catches with probability ≥ ``power`` at Σσ = ``spread`` and Σσ² = ``variance`` (module
+    docstring); inf where none is."""
+    if variance <= 0:
+        return math.inf
+    bound = -math.log(FLOOR)
+    missed = math.log(1 / (1 - power))
+    margin = bound * missed / 3 + math.sqrt((bound * missed / 3) ** 2 + 2 * variance * missed)  # Bernstein's u
+    worst = 0.0
+    for side in (0, 1):
+        def rejected(total: float) -> float:
+            return 0.0 if 2 * sharpness_tails(total if side == 0 else -total, spread, variance, tolerance,
+                                              variance_tolerance)[side] <= level else -1.0
+        ceiling = 2 * (tolerance * spread + (1 + variance_tolerance) * variance) + 50 * bound
+        if rejected(ceiling) < 0:
+            return math.inf
+        threshold = _bisect(rejected, 0.0, ceiling)
+        worst = max(worst, (threshold + margin) / variance)
+    return worst

@@ -14,8 +14,8 @@ The reference is ``--target`` run without speculation (a GGUF file on llama.cpp 
 llama-cpp-python is installed, or a Hugging Face folder), scoring every sampled token by
 teacher forcing (``specbound.audit``). ``--samples`` continuations of ``--max-new-tokens``
 tokens are drawn, spread over the prompts of ``--prompts``. The verdict, the p-value, the
-per-position TV this many samples detects with probability 0.99, and the worst positions are
-printed; ``--output`` receives ``samples.jsonl`` (written as the samples come, under a
+per-position TV and the error in temperature this many samples detect with probability 0.99,
+and the worst positions are printed; ``--output`` receives ``samples.jsonl`` (written as the samples come, under a
 ``.partial`` name until the run ends), ``audit.json`` and ``audit.png``. Bad input (an
 unreachable endpoint, one that returns no token ids, a sampler that fails or returns ids
 outside the reference's vocabulary) ends with one line and status 2, leaving no partial file.
@@ -56,7 +56,7 @@ def parse_engine(text: str) -> tuple[str, str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    for option in ("level", "tolerance", "row_tolerance"):  # each in [0, 1) — the parser's checks stop at 1
+    for option in ("level", "tolerance", "row_tolerance", "sharpness_tolerance", "variance_tolerance"):  # below 1
         if getattr(args, option) is not None and getattr(args, option) >= 1:
             raise ValueError(f"{option}: expected a number below 1, got {getattr(args, option):g}")
     kind, name, options = parse_engine(args.engine)
@@ -146,7 +146,8 @@ def audit_and_report(args, sampler, reference, prompt_ids, vocab_size: int, fold
             result = audit(sampler, reference, prompt_ids, temperature=args.temperature, top_k=args.top_k or 0,
                            top_p=args.top_p or 1.0, max_new_tokens=args.max_new_tokens, samples=args.samples,
                            seed=args.seed, level=args.level, tolerance=args.tolerance,
-                           row_tolerance=args.row_tolerance, vocab_size=vocab_size, on_sample=saved)
+                           row_tolerance=args.row_tolerance, sharpness_tolerance=args.sharpness_tolerance,
+                           variance_tolerance=args.variance_tolerance, vocab_size=vocab_size, on_sample=saved)
     except ValueError:
         partial.unlink(missing_ok=True)
         raise
@@ -169,7 +170,9 @@ def summarize(args, result) -> dict:
     return {
         "engine": args.engine, "target": args.target, "passed": result.passed, "p_value": result.p_value,
         "level": result.level, "detectable_tv": result.detectable_tv, "tolerance": result.tolerance,
-        "row_tolerance": result.row_tolerance, "samples": len(result.samples), "max_new_tokens": args.max_new_tokens,
+        "row_tolerance": result.row_tolerance, "sharpness_tolerance": result.sharpness_tolerance,
+        "variance_tolerance": result.variance_tolerance, "detectable_sharpening": result.detectable_sharpening,
+        "samples": len(result.samples), "max_new_tokens": args.max_new_tokens,
         "positions_scored": result.scored, "temperature": args.temperature, "top_k": args.top_k,
         "top_p": args.top_p, "seed": args.seed, "prompts": args.prompts,
         "pooled": {"p_value": result.pooled.p_value, "edge": result.pooled.edge, "fraction": result.pooled.fraction},
@@ -177,6 +180,9 @@ def summarize(args, result) -> dict:
                            "prompt": result.shared.prompt, "token": result.shared.token,
                            "observed": result.shared.observed, "expected": result.shared.expected,
                            "samples": result.shared.samples},
+        "sharpness": {"p_value": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
+                      "total": result.sharpness.total, "spread": result.sharpness.spread,
+                      "variance": result.sharpness.variance},
         "worst_positions": [vars(stat) for stat in result.worst_positions()],
         "seconds": result.seconds,
     }
@@ -186,14 +192,17 @@ def report(summary: dict) -> str:
     from specbound.cli.output import format_table
 
     verdict = "PASSED" if summary["passed"] else "FAILED"
-    shared = summary["shared_context"]
+    shared, sharpness = summary["shared_context"], summary["sharpness"]
     lines = [
         f"{verdict}: {summary['engine']} against {summary['target']} at level {summary['level']:g} "
         f"(p = {summary['p_value']:.3g}; pooled {summary['pooled']['p_value']:.3g}, shared contexts "
-        f"{shared['p_value']:.3g})",
+        f"{shared['p_value']:.3g}, sharpness {sharpness['p_value']:.3g})",
         f"detects a per-position TV of {summary['detectable_tv']:.4f} with probability 0.99 "
         f"({summary['samples']} samples, {summary['positions_scored']} positions scored; tolerance "
         f"{summary['tolerance']:g} mean, {summary['row_tolerance']:g} per shared row)",
+        f"sampled tokens as if at temperature T/(1 {sharpness['sharpening']:+.3f}); detects an error of "
+        f"{summary['detectable_sharpening']:.3f} in temperature with probability 0.99 (tolerance "
+        f"{summary['sharpness_tolerance']:g} per unit of spread)",
         format_table(["position", "samples", "p (alone)", "edge", "share ≤ edge"],
                      [[stat["position"], stat["scored"], f"{stat['p_value']:.3g}", f"{stat['edge']:.1f}",
                        f"{stat['fraction']:.4f}"] for stat in summary["worst_positions"]]),
@@ -222,6 +231,12 @@ def register(subparsers) -> None:
     parser.add_argument("--row-tolerance", type=arguments.number(0.0, 1.0), default=None,
                         help="one shared row's TV a correct engine may differ by (default: the reference backend's, "
                         "llama.cpp 0.1, torch 0.08)")
+    parser.add_argument("--sharpness-tolerance", type=arguments.number(0.0, 1.0), default=None,
+                        help="the sharpness test's aggregate drift of the score per unit of the rows' spread a correct "
+                        "engine may show (default: the reference backend's)")
+    parser.add_argument("--variance-tolerance", type=arguments.number(0.0, 1.0), default=None,
+                        help="the sharpness test's excess of the score's second moment a correct engine may show "
+                        "(default: the reference backend's)")
     parser.add_argument("--num-drafts", type=arguments.positive_int, default=4,
                         help="llama-cpp-python's tokens drafted per step (default 4)")
     parser.add_argument("--server", choices=SERVERS, default="specbound",

@@ -169,10 +169,15 @@ class Rounding:
     correct speculative engine's rows may lie from an auditor's reference on these kernels
     (``specbound.audit``'s tolerances).
 
-    ``mean_tv``: the mean total variation per row; ``row_tv``: one row's, the largest."""
+    ``mean_tv``: the mean total variation per row; ``row_tv``: one row's, the largest;
+    ``score_drift``: Σ|E'[f] − E[f]| / Σσ and ``score_variance``: Σ E'[(f − E[f])²] / Σσ² − 1,
+    f = log max(p, 0.01) of the reference's row p, E' under the other row, σ² = Var_p(f) (the
+    auditor's sharpness test, ``audit.pit``)."""
 
     mean_tv: float
     row_tv: float
+    score_drift: float
+    score_variance: float
 
 
 class Backend:

@@ -427,7 +427,8 @@ class TorchBackend(Backend):
 
     name = "torch"
     float32_twins = True
-    rounding = Rounding(mean_tv=0.01, row_tv=0.08)  # bf16 on a CPU: 0.0054 and 0.061 measured
+    rounding = Rounding(mean_tv=0.01, row_tv=0.08, score_drift=0.03, score_variance=0.03)  # bf16, CPU: 0.0054, 0.061,
+    # 0.0165, 0.0071 measured
 
     def holds(self, model) -> bool:
         return isinstance(model, torch.nn.Module)
