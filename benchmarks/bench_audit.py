@@ -90,7 +90,9 @@ def main() -> int:
         records = {section: RUNNERS[section](args, models) for section in sections}
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"settings": vars(args), **records}, indent=1) + "\n")
+    from bench_forward_rows import lscpu
+
+    output.write_text(json.dumps({"settings": vars(args), "lscpu": lscpu(), **records}, indent=1) + "\n")
     print(f"wrote {output}", file=sys.stderr)
     return 0
 
@@ -262,7 +264,8 @@ def run_power(args, models) -> list[dict]:
 
 def run_optimum(args, models) -> list[dict]:
     """Decoding seconds with the exact acceptance and α* computed at every verified position,
-    against at none (the same tokens both ways)."""
+    at the default budget and at none (the same tokens every way), interleaved: per prompt
+    each budget in turn, the order rotating, ``--repeats`` rounds (at most 3)."""
     import math
 
     from specbound.api import Speculator
@@ -271,19 +274,23 @@ def run_optimum(args, models) -> list[dict]:
     pair = models.pair("llama.cpp")
     speculator = Speculator(pair=pair, progress=False)
     prompts = models.prompts(pair)
+    budgets = (("none", 0.0), ("every position", math.inf), ("default budget", BUDGET))
     records = []
     for name, options in (METHODS[0], METHODS[2]):
         decoder, method = speculator.decoder_for(Sampling(args.temperature), name, options)
-        seconds = {}
-        for label, budget in (("none", 0.0), ("every position", math.inf), ("default budget", BUDGET)):
-            decoder.optimum = OptimumRecorder(budget)
-            started = time.perf_counter()
-            computed = positions = 0
+        seconds = {label: {"seconds": 0.0, "computed": 0, "positions": 0} for label, _ in budgets}
+        turn = 0
+        for _ in range(min(args.repeats, 3)):
             for index, prompt in enumerate(prompts):
-                generation = decoder.generate(prompt, method, args.max_new_tokens, torch.Generator().manual_seed(index))
-                computed += len(generation.stats.optimum.acceptances)
-                positions += generation.stats.optimum.positions
-            seconds[label] = {"seconds": time.perf_counter() - started, "computed": computed, "positions": positions}
+                turn += 1
+                for label, budget in budgets[turn % 3:] + budgets[: turn % 3]:
+                    decoder.optimum = OptimumRecorder(budget)
+                    started = time.perf_counter()
+                    generation = decoder.generate(prompt, method, args.max_new_tokens,
+                                                  torch.Generator().manual_seed(index))
+                    seconds[label]["seconds"] += time.perf_counter() - started
+                    seconds[label]["computed"] += len(generation.stats.optimum.acceptances)
+                    seconds[label]["positions"] += generation.stats.optimum.positions
         records.append({"method": method.name, **seconds,
                         "cost_every_position": seconds["every position"]["seconds"] / seconds["none"]["seconds"] - 1,
                         "cost_default_budget": seconds["default budget"]["seconds"] / seconds["none"]["seconds"] - 1})
