@@ -114,6 +114,12 @@ def build_engine(args, kind: str, name: str, options: dict):
     return samplers.llama_cpp_sampler(llama, args.temperature, args.top_k or 0, args.top_p or 1.0), pair.target, pair
 
 
+TOLERANCE_OPTIONS = {  # the audit's tolerances (``audit.tolerances``), each as the command line names it
+    "--tolerance": "the mean per-position TV",
+    "--row-tolerance": "one shared row's TV",
+    "--sharpness-tolerance": "the sharpness test's aggregate drift of the score per unit of the rows' spread",
+    "--variance-tolerance": "the sharpness test's excess of the score's second moment",
+}
 MAX_SAMPLES = 10**6  # the PIT values alone take samples × max-new-tokens × 8 bytes
 FAILED_STATUS = 3  # the audit ran and the engine failed it (1 is an internal error, 2 bad input)
 CONTEXT = 4096  # llama-cpp-python's context for its engines: prompt and new tokens
@@ -225,18 +231,10 @@ def register(subparsers) -> None:
     parser.add_argument("--limit", type=arguments.positive_int, default=8, help="prompts of the set (default 8)")
     parser.add_argument("--level", type=arguments.number(0.0, 1.0, low_open=True), default=1e-3,
                         help="the false-alarm rate at most (default 0.001)")
-    parser.add_argument("--tolerance", type=arguments.number(0.0, 1.0), default=None,
-                        help="mean per-position TV a correct engine may differ by (rounding; default: the reference "
-                        "backend's, llama.cpp 0.015, torch 0.01)")
-    parser.add_argument("--row-tolerance", type=arguments.number(0.0, 1.0), default=None,
-                        help="one shared row's TV a correct engine may differ by (default: the reference backend's, "
-                        "llama.cpp 0.1, torch 0.08)")
-    parser.add_argument("--sharpness-tolerance", type=arguments.number(0.0, 1.0), default=None,
-                        help="the sharpness test's aggregate drift of the score per unit of the rows' spread a correct "
-                        "engine may show (default: the reference backend's)")
-    parser.add_argument("--variance-tolerance", type=arguments.number(0.0, 1.0), default=None,
-                        help="the sharpness test's excess of the score's second moment a correct engine may show "
-                        "(default: the reference backend's)")
+    for option, meaning in TOLERANCE_OPTIONS.items():
+        parser.add_argument(option, type=arguments.number(0.0, 1.0), default=None,
+                            help=f"{meaning} a correct engine may show by rounding (default: what the reference's "
+                            "backend states, specbound.engine.backends.Rounding)")
     parser.add_argument("--num-drafts", type=arguments.positive_int, default=4,
                         help="llama-cpp-python's tokens drafted per step (default 4)")
     parser.add_argument("--server", choices=SERVERS, default="specbound",
