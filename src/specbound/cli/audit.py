@@ -166,7 +166,7 @@ def audit_and_report(args, sampler, reference, prompt_ids, vocab_size: int, fold
     staged.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     staged.replace(folder / "audit.json")
     plot_audit(edges(), result.pooled.fractions, result.tolerance, [stat.p_value for stat in result.positions],
-               result.level, folder / "audit.png")
+               result.level, folder / "audit.png", result.sharpness.sharpening, result.detectable_sharpening)
     print(report(summary))
     print(f"saved {folder / 'audit.json'}, {folder / 'audit.png'}, {folder / 'samples.jsonl'}")
     return 0 if result.passed else FAILED_STATUS
