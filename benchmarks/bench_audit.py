@@ -52,7 +52,9 @@ from specbound.engine import Processing, Sampling
 
 METHODS = [("chain", {"gamma": 3}), ("chain", {"gamma": 3, "verifier": "block"}),
            ("tree", {"num_drafts": 2, "depth": 2}), ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"}),
-           ("batch", {"num_drafts": 2, "gamma": 3}), ("sparse", {"budget": 8, "depth": 4})]
+           ("batch", {"num_drafts": 2, "gamma": 3}), ("sparse", {"budget": 8, "depth": 4}),
+           ("tree", {"num_drafts": 2, "depth": 2, "verifier": "global_resolution"}),
+           ("tree", {"num_drafts": 2, "depth": 2, "verifier": "univer"})]
 TORCH_METHODS = METHODS[:1] + METHODS[2:3]  # torch's bf16 CPU forwards are slower: the two main ones
 BIASES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8)
 SECTIONS = ("ours", "llama-cpp-python", "transformers", "power", "optimum")
