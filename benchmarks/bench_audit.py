@@ -30,7 +30,7 @@ that the script works; the real run is the embedded pair:
 
 Each sample prefills its prompt again, so a run's time is mostly prefills and decoding of the
 samples: about 1.5 h on 2 cores by an estimate from the recorded forward costs, most of it in
-``ours`` (six methods on llama.cpp, two on torch) and ``transformers``; ``--sections`` runs a
+``ours`` (eight methods on llama.cpp, two on torch) and ``transformers``; ``--sections`` runs a
 part.
 """
 
