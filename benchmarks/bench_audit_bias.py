@@ -72,7 +72,7 @@ def main() -> int:
     record = {"settings": vars(args), "positions": int(figures["tv"].numel()), **summary(figures, rounding, args.level),
               "tolerances": {"tolerance": rounding.mean_tv, "score_drift": rounding.score_drift,
                              "score_variance": rounding.score_variance},
-              "cpu_model": lscpu()["model"]}
+              "cpu_model": lscpu()["model"], "cpu_flags": lscpu()["flags"]}
     print(json.dumps(record, indent=1))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
