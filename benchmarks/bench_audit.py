@@ -74,7 +74,8 @@ def main() -> int:
     parser.add_argument("--sections", default=",".join(SECTIONS))
     parser.add_argument("--backends", default="llama.cpp,torch", help="backends of the `ours` section")
     parser.add_argument("--methods", default=None,
-                        help="of `ours`, comma-separated indices into METHODS (default: all; torch: its two)")
+                        help="of `ours`, comma-separated indices into METHODS (default: all on llama.cpp, "
+                        "TORCH_METHODS on torch)")
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny models instead of the embedded pair")
     parser.add_argument("--output", default="benchmarks/results/audit.json")
     args = parser.parse_args()
@@ -177,7 +178,8 @@ def run_ours(args, models) -> list[dict]:
 
     records = []
     chosen = METHODS if args.methods is None else [METHODS[int(i)] for i in args.methods.split(",")]
-    for backend, methods in (("llama.cpp", chosen), ("torch", [m for m in chosen if m in TORCH_METHODS])):
+    on_torch = chosen if args.methods is not None else TORCH_METHODS
+    for backend, methods in (("llama.cpp", chosen), ("torch", on_torch)):
         if backend not in args.backends.split(","):
             continue
         pair = models.pair(backend)
