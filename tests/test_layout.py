@@ -15,7 +15,7 @@ UPPER_LAYERS = ("engine", "models", "studies", "experiments", "plots", "api", "a
 # Each top-level module (package or file) by rank, lowest first: a module imports modules of
 # its own rank or below, never above. A new top-level module must be given its rank here.
 RANKS = {
-    "checks": 0, "paths": 0, "work_limits": 0,  # argument checks, the cache root, work-limit constants
+    "checks": 0, "paths": 0, "work_limits": 0, "lazy": 0,  # argument checks, the cache root, work limits, lazy names
     "compiled": 1, "arguments": 1, "datasets": 1,  # numba loops, argparse types, prompt sets
     "probability": 2, "statistics": 2,
     "bounds": 3, "drafts": 3, "verifiers": 3, "chains": 3,  # the math

@@ -10,6 +10,8 @@ scores with the reference model, ``audit.samplers`` wraps engines as samplers, a
 first use: the command line reads the tolerances without loading torch.
 """
 
+from specbound.lazy import lazy_attributes
+
 _HOMES = {
     "AuditResult": "specbound.audit.auditor",
     "PositionStat": "specbound.audit.auditor",
@@ -19,11 +21,4 @@ _HOMES = {
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'specbound.audit' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__ = lazy_attributes(__name__, _HOMES)

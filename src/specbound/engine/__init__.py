@@ -11,6 +11,8 @@ The names below load on first use: importing ``specbound.engine.precisions`` or
 ``specbound.engine.backends`` (what the command line builds its parser from) loads no torch.
 """
 
+from specbound.lazy import lazy_attributes
+
 _HOMES = {
     "assemble": "specbound.engine.assembly",
     "CausalLM": "specbound.engine.backends.torch",
@@ -28,11 +30,4 @@ _HOMES = {
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'specbound.engine' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__ = lazy_attributes(__name__, _HOMES)
