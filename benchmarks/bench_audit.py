@@ -14,7 +14,10 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   returns the assistant's processed scores (``assistant_output.scores``) and is expected to
   pass on either side of the fix. Auditing the faulty ones needs a model with an MTP head or a
   DFlash drafter, which the embedded pair has not; so the section also audits the assistant
-  path with the raw logits handed over as q (``RawLogitsAssistant``), the same bug;
+  path with the raw logits handed over as q (``RawLogitsAssistant``), the same bug. On the
+  embedded pair that bug is a temperature error of about 11–13% (``bench_audit_bias.py``):
+  catching it takes thousands of positions, e.g. ``--prompts mt_bench --limit 8 --samples
+  256 --max-new-tokens 32``;
 - ``power``: detection rate against injected bias — samplers that, at every position, emit
   the reference's most likely token with probability ``bias`` (else a draw from its law), on
   bigram tables (exact rows) at this run's sample size, ``--repeats`` audits per bias;
@@ -22,16 +25,16 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   (``engine.optimum``): decoding time with the recorder computing at every position against
   none, per method on llama.cpp.
 
-Every audit records its verdict, p-value, detectable TV and seconds (sampling, scoring: the
-auditor's cost). ``--tiny`` runs everything on the tests' tiny models (seconds), the check
+Every audit records its verdict, p-value (and each test's), detectable TV and temperature
+error, tolerances and seconds (sampling, scoring: the auditor's cost). ``--tiny`` runs everything on the tests' tiny models (seconds), the check
 that the script works; the real run is the embedded pair:
 
     python benchmarks/bench_audit.py --samples 128 --max-new-tokens 16 --limit 4 --threads 2
 
 Each sample prefills its prompt again, so a run's time is mostly prefills and decoding of the
-samples: about 1.5 h on 2 cores by an estimate from the recorded forward costs, most of it in
-``ours`` (eight methods on llama.cpp, two on torch) and ``transformers``; ``--sections`` runs a
-part.
+samples: on 2 cores an audit of 1,536 positions takes 3–6 min on llama.cpp and of 1,024 about
+4.5 min on torch, transformers' 8,192 about 35 min (``benchmarks/README.md``); ``--sections``,
+``--backends`` and ``--methods`` run a part.
 """
 
 from __future__ import annotations
