@@ -18,6 +18,10 @@ p = target, q = draft throughout (SPEC.md §0).
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import numpy as np
 import torch
 
@@ -136,3 +140,32 @@ def chain_sampler(target_laws: np.ndarray, draft_laws: np.ndarray, gamma: int = 
 def prompts(count: int, vocab: int = VOCAB, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, vocab, size=3).tolist() for _ in range(count)]
+
+
+class Endpoint:
+    """An OpenAI-compatible ``/v1/completions`` on a loopback port, answering with ``reply(body)``."""
+
+    def __init__(self, reply):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                payload = json.dumps(outer.reply(body)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.reply = reply
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

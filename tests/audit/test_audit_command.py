@@ -4,13 +4,13 @@ no file left half-written."""
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from audit_fixtures import Endpoint
 from engine_fixtures import noisy_copy, tiny_model
 from specbound.cli import main
 from specbound.engine import CausalLM, Decoder, Processing, build_method
@@ -67,35 +67,6 @@ def test_our_engine_in_process_passes_and_saves_its_record(pair_folders, tmp_pat
 def test_transformers_assisted_generation_passes(pair_folders, tmp_path, capsys):
     assert main(command(pair_folders, "transformers:assisted", tmp_path, "--top-k", "3")) == 0
     assert capsys.readouterr().out.startswith("PASSED: transformers:assisted")
-
-
-class Endpoint:
-    """An OpenAI-compatible ``/v1/completions`` on a loopback port, answering with ``reply(body)``."""
-
-    def __init__(self, reply):
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                payload = json.dumps(outer.reply(body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.reply = reply
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -4,11 +4,10 @@ puts them, and a reply without them is refused naming ``endpoint``. (Ours is aud
 HTTP in ``tests/serve/test_serve_audit.py``; llama-server and vLLM are not installed here.)"""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from audit_fixtures import Endpoint
 from specbound.audit.samplers import endpoint_sampler
 
 EOS = 9
@@ -22,28 +21,16 @@ ASKED = {"specbound": {}, "llama.cpp": {"return_tokens": True}, "vllm": {"return
 
 @pytest.fixture
 def server():
-    """A local server answering every POST with ``state["reply"]``, keeping the bodies it got."""
+    """A local endpoint answering every POST with ``state["reply"]``, keeping the bodies it got."""
     state = {"reply": {}, "bodies": []}
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            state["bodies"].append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            payload = json.dumps(state["reply"]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
+    def reply(body):
+        state["bodies"].append(body)
+        return state["reply"]
 
-        def log_message(self, *args):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", state
-    httpd.shutdown()
-    httpd.server_close()
+    endpoint = Endpoint(reply)
+    yield endpoint.url, state
+    endpoint.close()
 
 
 @pytest.mark.parametrize("kind", sorted(REPLIES))
