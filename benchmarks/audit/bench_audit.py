@@ -129,12 +129,11 @@ class EmbeddedModels:
 
 
 class TinyModels:
-    """The engine tests' tiny models (6 tokens, 2 layers), as a torch pair and GGUF files."""
+    """The tiny random-weight models (``specbound.models.tiny``: 6 tokens, 2 layers), as a torch
+    pair and GGUF files."""
 
     def __init__(self, folder: Path):
-        sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests" / name) for name in ("engine", "audit")]
-        from engine_fixtures import noisy_copy, tiny_model
-        from gguf_fixtures import write_gguf
+        from specbound.models.tiny import noisy_copy, tiny_model, write_gguf
 
         self.target = tiny_model(seed=0)
         self.draft = noisy_copy(self.target, seed=1, noise=0.7)
@@ -248,7 +247,7 @@ class RawLogitsAssistant:
 def run_power(args, models) -> list[dict]:
     """Detection rate against injected bias on bigram tables (module docstring), at this run's
     sample count and at eight times it, beside the detectable TV each audit states."""
-    from audit_fixtures import TableReference, bigram_pair, laws, prompts, shifted_sampler
+    from specbound.audit.tables import TableReference, bigram_pair, laws, prompts, shifted_sampler
 
     target, _ = bigram_pair()
     target_laws = laws(target, Processing(args.temperature))
@@ -309,5 +308,4 @@ RUNNERS = {"ours": run_ours, "llama-cpp-python": run_llama_cpp_python, "transfor
            "power": run_power, "optimum": run_optimum}
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "audit"))
     sys.exit(main())

@@ -7,11 +7,11 @@ Measures, on the cluster at ``--address`` (default: a new local Ray instance):
 - **per batch and per unit**: each batch of an acceptance study sent to one worker at a
   time, the driver's round trip (submit → records back) minus the seconds the worker spent
   decoding it (``runner.run_batch``): scheduling, shipping the units and the records.
-With ``--tiny`` the pair is the tests' tiny in-process pair (run from the repository root);
+With ``--tiny`` the pair is the tiny random-weight pair (``specbound.models.tiny``);
 otherwise ``--target``/``--draft`` are loaded by every worker, so each worker needs them
 (installed model wheels, or the converted models in its ``$SPECBOUND_CACHE``).
-Run: ``python benchmarks/bench_ray_overhead.py --tiny --workers 1`` here, or on a cluster's
-head node ``python benchmarks/bench_ray_overhead.py --address auto --limit 8`` (one worker per
+Run: ``python -m benchmarks.studies.bench_ray_overhead --tiny --workers 1`` here, or on a cluster's
+head node ``python -m benchmarks.studies.bench_ray_overhead --address auto --limit 8`` (one worker per
 node, all its cores).
 
 """
@@ -35,7 +35,6 @@ from specbound.studies.acceptance import AcceptanceStudy
 from specbound.studies.distributed import RayWorkers, import_ray
 from specbound.studies.runner import batches
 
-TESTS = Path(__file__).resolve().parents[1] / "tests"
 PROBE = """
 import pickle, sys, time
 started = time.perf_counter()
@@ -59,7 +58,7 @@ def main() -> None:
     parser.add_argument("--address", default="local")
     parser.add_argument("--workers", type=int, help="default: one per node")
     parser.add_argument("--cpus-per-worker", type=int, help="default: the smallest node's CPUs")
-    parser.add_argument("--tiny", action="store_true", help="the tests' tiny pair instead of --target/--draft")
+    parser.add_argument("--tiny", action="store_true", help="the tiny random-weight pair instead of --target/--draft")
     parser.add_argument("--target", default="default-target")
     parser.add_argument("--draft", default="default-draft")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16")
@@ -71,11 +70,9 @@ def main() -> None:
     ray = import_ray()
     options = {}
     if args.tiny:
-        sys.path[:0] = [str(TESTS), str(TESTS / "studies")]
-        from study_fixtures import tiny_pair, tiny_prompts
+        from specbound.models.tiny import tiny_pair, tiny_prompts
 
         pair_spec, prompts = tiny_pair, tiny_prompts(args.limit)
-        options = {"runtime_env": {"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path[:2])}}}
     else:
         pair_spec = functools.partial(load_pair, args.target, args.draft, DTYPES[args.dtype], progress=False)
         prompts = load_prompts("humaneval", args.limit)

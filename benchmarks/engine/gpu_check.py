@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from plan_on_recorded_costs import plan
+from benchmarks.engine.plan_on_recorded_costs import plan
 from specbound.engine.costs import ROWS, cpu_description, measure_costs
 from specbound.engine.methods import METHODS, Levels
 from specbound.engine.planner import default_candidates

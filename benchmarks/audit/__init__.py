@@ -1,0 +1,1 @@
+"""The auditor: who passes, what it detects, its tolerances, its cost."""

@@ -1,0 +1,104 @@
+"""One record format for every benchmark, and the one ``--output`` flag that names where it goes.
+
+A record is one JSON envelope::
+
+    {"benchmark": "benchmarks.engine.bench_engine",
+     "command": "python -m benchmarks.engine.bench_engine --prompts humaneval ...",
+     "machine": {"cpu_model": ..., "cpu_flags": ..., "cores": 2, "python": ..., "packages": {...}},
+     "created": "2026-12-07T15:40:00+00:00",
+     "result": {...}}
+
+A script that writes one record at the end calls ``write``; one that appends a record per unit
+of work as it finishes (and skips, when rerun, what its file already holds) calls ``append``,
+one envelope a line, and reads them back with ``results``. The processor's model and flags come
+from ``specbound.engine.machine.cpu_description``, the one place the library reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+from datetime import datetime, timezone
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Iterator
+
+from specbound.engine.machine import cpu_description
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PACKAGES = ("specbound", "torch", "transformers", "llama_cpp_python", "numpy")
+
+
+def package_version(name: str) -> str | None:
+    """The installed distribution's version, None where it is not installed."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@cache
+def machine() -> dict:
+    """The machine a benchmark ran on: processor model and flags, logical cores, Python and the
+    versions of the packages whose code it timed; the GPU's name where torch sees one."""
+    cpu = cpu_description()
+    record = {"cpu_model": cpu["model"], "cpu_flags": cpu["flags"], "cores": os.cpu_count(),
+              "python": platform.python_version(),
+              "packages": {name: package_version(name) for name in PACKAGES}}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        record["gpu"] = torch.cuda.get_device_name(0)
+    return record
+
+
+def benchmark_name() -> str:
+    """The running benchmark's module (``benchmarks.engine.bench_engine`` under ``python -m``)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return spec.name if spec is not None else Path(sys.argv[0]).stem
+
+
+def envelope(result) -> dict:
+    """``result`` in the envelope: which benchmark, the command line, the machine, when."""
+    name = benchmark_name()
+    return {"benchmark": name, "command": shlex.join(["python", "-m", name, *sys.argv[1:]]),
+            "machine": machine(), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "result": result}
+
+
+def add_output(parser: argparse.ArgumentParser, default: str | None, help: str = "where the record goes") -> None:
+    """The ``--output`` flag: a path, ``default`` taken relative to ``benchmarks/results/`` (None:
+    no record unless one is named)."""
+    parser.add_argument("--output", type=Path, default=RESULTS / default if default else None,
+                        help=f"{help} (default: {RESULTS.name}/{default})" if default else help)
+
+
+def write(path: Path, result) -> dict:
+    """Write ``result`` in its envelope to ``path`` as indented JSON; return the envelope."""
+    record = envelope(result)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return record
+
+
+def append(path: Path, result) -> None:
+    """Append ``result`` in its envelope to ``path`` as one JSON line, flushed at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(envelope(result), ensure_ascii=False) + "\n")
+
+
+def results(path: Path) -> Iterator[dict]:
+    """The results of a JSON-lines record, in order (nothing where the file does not exist). A
+    line written before the envelope existed is its own result."""
+    if not path.exists():
+        return
+    with path.open() as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                yield record["result"] if "result" in record and "machine" in record else record

@@ -1,0 +1,1 @@
+"""specbound serve against llama-cpp-python's server."""

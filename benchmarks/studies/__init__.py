@@ -1,0 +1,1 @@
+"""The studies: a unit's forwards, scoring, exact part and batching; Ray's overhead."""
