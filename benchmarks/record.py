@@ -8,10 +8,11 @@ A record is one JSON envelope::
      "created": "2026-12-07T15:40:00+00:00",
      "result": {...}}
 
-A script that writes one record at the end calls ``write``; one that appends a record per unit
-of work as it finishes (and skips, when rerun, what its file already holds) calls ``append``,
-one envelope a line, and reads them back with ``results``. The processor's model and flags come
-from ``specbound.engine.machine.cpu_description``, the one place the library reads them.
+A script that writes its record at the end calls ``write``. One that records each unit of work
+as it finishes (and skips, when rerun, what the file already holds) writes JSON lines through
+``Lines``: the envelope first, without its result, then one result a line; a rerun appends its
+own envelope before its results. ``results`` reads the results back. The processor's model and
+flags come from ``specbound.engine.machine.cpu_description``, the one place the library reads them.
 """
 
 from __future__ import annotations
@@ -85,20 +86,35 @@ def write(path: Path, result) -> dict:
     return record
 
 
-def append(path: Path, result) -> None:
-    """Append ``result`` in its envelope to ``path`` as one JSON line, flushed at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(json.dumps(envelope(result), ensure_ascii=False) + "\n")
+class Lines:
+    """A JSON-lines record at ``path``: this run's envelope (without its result) on the line
+    before its first result, then one result a line, each flushed as it comes."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.started = False
+
+    def append(self, result) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as handle:
+            if not self.started:
+                header = envelope(None)
+                del header["result"]
+                handle.write(json.dumps(header, ensure_ascii=False) + "\n")
+                self.started = True
+            handle.write(json.dumps(result, ensure_ascii=False) + "\n")
+
+
+def is_envelope(line: dict) -> bool:
+    return "benchmark" in line and "machine" in line
 
 
 def results(path: Path) -> Iterator[dict]:
-    """The results of a JSON-lines record, in order (nothing where the file does not exist). A
-    line written before the envelope existed is its own result."""
+    """The results of a JSON-lines record, in order, its envelopes left out (nothing where the
+    file does not exist)."""
     if not path.exists():
         return
     with path.open() as handle:
         for line in handle:
-            if line.strip():
-                record = json.loads(line)
-                yield record["result"] if "result" in record and "machine" in record else record
+            if line.strip() and not is_envelope(record := json.loads(line)):
+                yield record
