@@ -2,7 +2,8 @@
 
 A pair is two models one backend loaded (``engine.backends``), the vocabulary size their
 probability rows are cut to (the shared tokenizer's, so that a token id means the same
-string in both), the token ids that end a sequence, and the tokenizer's functions.
+string in both; for a draft with another tokenizer, the target's, and the tokens both share
+as ``vocabulary``), the token ids that end a sequence, and the tokenizer's functions.
 ``models.pair.load_pair`` loads one from files; tests build one from tiny in-process models;
 ``engine.assembly.assemble`` makes a decoder of it. What differs between backends is asked
 of ``backend``, never by its name.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specbound.engine.backends import Backend, get_backend
+from specbound.engine.vocabulary import SharedVocabulary
 
 DEVICES = ("cpu", "cuda")
 
@@ -34,6 +36,8 @@ class ModelPair:
     target_twin: torch.nn.Module | None = None  # float32 copies (``models.pair``'s docstring)
     draft_twin: torch.nn.Module | None = None
     backend: Backend = field(default_factory=lambda: get_backend("torch"))  # a name is taken for its Backend
+    vocabulary: SharedVocabulary | None = None  # a draft with another tokenizer: the tokens both share
+    # (engine.vocabulary); None: one tokenizer, a token id means the same string in both
 
     def __post_init__(self):
         if isinstance(self.backend, str):

@@ -34,6 +34,8 @@ class DraftTree:
     draft_probs: dict[int, torch.Tensor] = field(default_factory=dict)  # internal node -> [vocab]
     schemes: dict[int, str] = field(default_factory=dict)  # internal node -> draft scheme name
     forward_calls: int = 0  # draft-model forwards spent building the tree
+    shared: torch.Tensor | None = None  # [vocab] bool: the tokens its drafter may propose (None: all;
+    # a draft with another tokenizer, engine.vocabulary: the shared ones)
 
     @classmethod
     def root_only(cls, root_token: int) -> DraftTree:
