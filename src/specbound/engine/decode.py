@@ -51,7 +51,7 @@ from specbound.checks import positive_int
 from specbound.engine.backends import Entries, ForwardScores, LanguageModel
 from specbound.engine.methods import Method, Schedule
 from specbound.engine.optimum import OptimumRecorder
-from specbound.engine.processing import Processing, sample_tokens
+from specbound.engine.processing import Processing, Sampling, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
 from specbound.verifiers.tree import DraftedTree, TreeVerifier
@@ -70,7 +70,8 @@ class Drafter(Protocol):
     def reset(self, prompts: list[list[int]], cells: int | None = None) -> None: ...
 
     def draft(self, contexts: list[list[int]], method: Method, depths: list[int],
-              generators: list[torch.Generator]) -> list[DraftTree]: ...
+              generators: list[torch.Generator], processings: list[Processing]) -> list[DraftTree]: ...
+    # processings: each row's (its sequence's sampling), applied to that row's draft logits
 
     def commit(self, trees: list[DraftTree], paths: list[list[int]]) -> None: ...
 
@@ -120,6 +121,7 @@ class Sequence:
     prompt: list[int]
     max_new_tokens: int
     generator: torch.Generator
+    processing: Processing  # its sampling, applied to its target and draft logits alike
     context: list[int] = field(init=False)  # prompt and new tokens
     stats: RunStats = field(default_factory=RunStats)
     new_tokens: list[int] = field(default_factory=list)
@@ -147,7 +149,13 @@ class Sequence:
 
     def cells(self, method) -> int:
         """Cache entries the sequence may need at most (the LMs' ``cells`` hint)."""
-        return len(self.prompt) + self.max_new_tokens + method.max_nodes + 1
+        return cells_needed(len(self.prompt), self.max_new_tokens, method)
+
+
+def cells_needed(prompt_tokens: int, max_new_tokens: int, method: Schedule) -> int:
+    """Cache entries a sequence may need at most: its prompt, its new tokens and the
+    largest tree ``method`` drafts below them."""
+    return prompt_tokens + max_new_tokens + method.max_nodes + 1
 
 
 @dataclass
@@ -187,8 +195,11 @@ StepHook = Callable[[RowStep, Method], None]  # what a drafted step saw, before 
 
 
 class Decoder:
-    """Target model + drafter + the shared logits processing; ``generate`` and
+    """Target model + drafter + the logits processing; ``generate`` and
     ``generate_batch`` run a method, ``start`` opens a ``Batch`` to run it step by step.
+    ``processing`` is every sequence's unless ``Batch.add`` gives one its own sampling: a
+    sequence's processing is applied to its own target and draft rows, so sequences of
+    different sampling settings decode in one batch over the same caches.
 
     ``batch_heads``: apply the target's output head to every node of a step's tree (of every
     row) in one call right after the target's forward (``Scores.prefetch``), instead of node
@@ -296,7 +307,8 @@ class Decoder:
         with stats.timed("draft"):
             if max(depths) > 0:
                 return self.drafter.draft([sequence.context for sequence in active], method, depths,
-                                          [sequence.generator for sequence in active])
+                                          [sequence.generator for sequence in active],
+                                          [sequence.processing for sequence in active])
             return [DraftTree.root_only(sequence.context[-1]) for sequence in active]
 
     def _score(self, active: list[Sequence], trees: list[DraftTree],
@@ -337,7 +349,7 @@ class Decoder:
             with stats.timed("target"):  # prefetched by _prefetch_heads for batches and batch_heads
                 logits = scores.logits(step.row, step.entry(node))  # [1, logits]
             with stats.timed("verify"):
-                target_probs = self.processing.probs(logits)  # [1, vocab]
+                target_probs = sequence.processing.probs(logits)  # [1, vocab]
                 rows.append(target_probs)
                 if node not in tree.draft_tokens:  # a leaf that was reached: bonus token
                     emitted.append(int(sample_tokens(target_probs, sequence.generator)[0]))
@@ -384,7 +396,7 @@ class Decoder:
             with stats.timed("target"):
                 logits = scores.logits(step.row, list(step.node_entries))
             with stats.timed("verify"):
-                step.target_rows = self.processing.probs(logits)
+                step.target_rows = step.sequence.processing.probs(logits)
         return step.target_rows
 
     def _commit(self, steps: list[RowStep], outcomes: list[StepOutcome], drafted: bool, stats: RunStats) -> None:
@@ -453,11 +465,17 @@ class Batch:
         """Every sequence not yet done: admitted, then queued."""
         return self.active + self.joining
 
-    def add(self, prompt_ids, max_new_tokens: int, generator: torch.Generator) -> Sequence:
-        """Queue a sequence (checked now: ``Decoder.check_sequence``); it joins at the next step."""
+    def add(self, prompt_ids, max_new_tokens: int, generator: torch.Generator,
+            sampling: Sampling | None = None) -> Sequence:
+        """Queue a sequence (checked now: ``Decoder.check_sequence``); it joins at the next
+        step. ``sampling``: its own temperature, top-k and top-p, applied to its target and
+        draft logits alike (None: the decoder's ``processing``) — sequences of different
+        settings share one batch, its caches and its forwards."""
         prompt = [int(token) for token in prompt_ids]
         self.decoder.check_sequence(prompt, max_new_tokens, generator)
-        sequence = Sequence(self._added, prompt, max_new_tokens, generator)
+        processing = self.decoder.processing if sampling is None else \
+            Processing.of(sampling, self.decoder.processing.vocab_size)
+        sequence = Sequence(self._added, prompt, max_new_tokens, generator, processing)
         self._added += 1
         self.joining.append(sequence)
         return sequence

@@ -72,10 +72,13 @@ class ModelDrafter:
         or prompt lookup) never runs it."""
         self.lm.reset(len(prompts), cells)
 
-    def draft(self, contexts: list[list[int]], method, depths: list[int], generators: list[torch.Generator]) -> list[DraftTree]:
+    def draft(self, contexts: list[list[int]], method, depths: list[int], generators: list[torch.Generator],
+              processings: list[Processing] | None = None) -> list[DraftTree]:
         """Draft one tree per sequence, at most ``depths[b]`` deep, below the last token of
-        ``contexts[b]``."""
+        ``contexts[b]``, its draft law ``processings[b]``'s (None: the drafter's
+        ``processing`` for every row)."""
         trees = [DraftTree.root_only(context[-1]) for context in contexts]
+        processings = processings or [self.processing] * len(contexts)
         rows = [b for b, depth in enumerate(depths) if depth > 0]
         self._fed = [0] * len(contexts)
         self._entries = [{} for _ in contexts]
@@ -94,7 +97,7 @@ class ModelDrafter:
         logit_rows = {b: [self._fed[b] - 1] for b in rows}
         for depth in range(max(depths)):
             pairs = [(b, entry) for b in frontier for entry in logit_rows[b]]
-            probs = self.processing.probs(scores.logits_of(pairs))  # [frontier of all rows, vocab]
+            probs = _probs_by_row(scores.logits_of(pairs), [processings[b] for b, _ in pairs])  # [frontier, V]
             offset, grown = 0, {}
             for b, nodes in frontier.items():
                 tree = trees[b]
@@ -143,6 +146,23 @@ class ModelDrafter:
         self.lm.select_rows(rows)
 
 
+def _probs_by_row(logits: torch.Tensor, processings: list[Processing]) -> torch.Tensor:
+    """Row i's probabilities by ``processings[i]``; rows that share a processing are
+    processed together (every step of ``Processing.probs`` is row by row, so a row's
+    probabilities do not depend on the others). # [rows, model_vocab] -> [rows, vocab]"""
+    first = processings[0]
+    if all(processing == first for processing in processings):
+        return first.probs(logits)
+    rows_of: dict[Processing, list[int]] = {}
+    for row, processing in enumerate(processings):
+        rows_of.setdefault(processing, []).append(row)
+    parts = {processing: processing.probs(logits[rows]) for processing, rows in rows_of.items()}
+    probs = torch.empty((logits.shape[0], parts[first].shape[1]), dtype=PROBS_DTYPE, device=logits.device)
+    for processing, rows in rows_of.items():
+        probs[rows] = parts[processing]
+    return probs
+
+
 class PromptLookupDrafter:
     """Prompt lookup (n-gram copy): find the latest earlier occurrence of the context's
     last n tokens (n from ``max_ngram`` down to ``min_ngram``) and propose the tokens that
@@ -176,7 +196,8 @@ class PromptLookupDrafter:
                     return context[start + ngram : start + ngram + length]
         return []
 
-    def draft(self, contexts, method, depths, generators) -> list[DraftTree]:
+    def draft(self, contexts, method, depths, generators, processings=None) -> list[DraftTree]:
+        """The drafts are point masses whatever the sampling: ``processings`` changes nothing."""
         return [self.draft_one(context, method, depth) for context, depth in zip(contexts, depths)]
 
     def draft_one(self, context: list[int], method, depth: int) -> DraftTree:
@@ -224,12 +245,12 @@ class DrafterChoice:
             drafter.reset(prompts, cells)
         self._last = None
 
-    def draft(self, contexts, method, depths, generators) -> list[DraftTree]:
+    def draft(self, contexts, method, depths, generators, processings=None) -> list[DraftTree]:
         if method.drafter not in self.drafters:
             raise ValueError(f"method: {method.name} drafts with {method.drafter!r}; this decoder has "
                              f"{', '.join(self.drafters)}")
         self._last = self.drafters[method.drafter]
-        return self._last.draft(contexts, method, depths, generators)
+        return self._last.draft(contexts, method, depths, generators, processings)
 
     def commit(self, trees, paths) -> None:
         self._last.commit(trees, paths)
