@@ -7,8 +7,12 @@
   sequence at a time and one waiting, so that overload, disconnects and the drain on SIGTERM
   are seen; the drain test stops it, last;
 - ``short_drain_server``: the same, two waiting, with a drain of 0.2 s, for a drain that runs out;
-- ``limits_server``: the pair without EOS, batches of 4, 4 waiting, 2 sampling settings in use at
-  once and bodies of at most ``LIMIT_BODY_BYTES``: admission, settings, sizes, the load test.
+- ``limits_server``: the pair without EOS, batches of 4, 4 waiting, ``LIMIT_CACHE_TOKENS`` cache
+  entries and bodies of at most ``LIMIT_BODY_BYTES``: admission, the cache's bound, sizes, the
+  load test.
+
+The others reserve ``CACHE_TOKENS`` cache entries at most (the default, the tiny pair's context
+of 256 positions, would refuse some of their concurrent requests).
 
 All start together (each pays ~10 s of imports on two cores) the first time one is used.
 """
@@ -17,20 +21,22 @@ from __future__ import annotations
 
 import pytest
 
-from serve_fixtures import API_KEY, LIMIT_BODY_BYTES, ServerProcess
+from serve_fixtures import API_KEY, CACHE_TOKENS, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, ServerProcess
 
 
 @pytest.fixture(scope="session")
 def servers():
     started = {
         "server": ServerProcess("tiny_pair", "--method", "chain:gamma=3", "--temperature", "0.8", "--max-batch", "8",
-                                "--max-queue", "64", "--seed", "0", api_key=API_KEY),
+                                "--max-queue", "64", "--seed", "0", "--max-cache-tokens", CACHE_TOKENS,
+                                api_key=API_KEY),
         "small": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8",
-                               "--max-batch", "1", "--max-queue", "1", "--drain-seconds", "20"),
+                               "--max-batch", "1", "--max-queue", "1", "--drain-seconds", "20",
+                               "--max-cache-tokens", CACHE_TOKENS),
         "short_drain": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--max-batch", "1",
-                                     "--max-queue", "2", "--drain-seconds", "0.2"),
+                                     "--max-queue", "2", "--drain-seconds", "0.2", "--max-cache-tokens", CACHE_TOKENS),
         "limits": ServerProcess("tiny_pair_without_eos", "--method", "chain:gamma=3", "--temperature", "0.8",
-                                "--max-batch", "4", "--max-queue", "4", "--max-settings", "2",
+                                "--max-batch", "4", "--max-queue", "4", "--max-cache-tokens", str(LIMIT_CACHE_TOKENS),
                                 "--max-body-bytes", str(LIMIT_BODY_BYTES)),
     }
     try:

@@ -18,6 +18,8 @@ HERE = Path(__file__).resolve().parent
 API_KEY = "test-key"
 MODEL = "tiny-test-pair"
 LIMIT_BODY_BYTES = 65536  # the limits server's --max-body-bytes
+LIMIT_CACHE_TOKENS = 1000  # the limits server's --max-cache-tokens
+CACHE_TOKENS = "4096"  # the other servers'
 START_SECONDS = 120
 
 
@@ -28,16 +30,19 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """One ``specbound serve`` subprocess."""
+    """One ``specbound serve`` subprocess: of the tiny pair ``tiny_pair.<factory>`` on one
+    thread, or with ``factory`` None of the models ``options`` name (by default the embedded
+    pair) on ``threads``."""
 
-    def __init__(self, factory: str, *options: str, api_key: str | None = None):
+    def __init__(self, factory: str | None, *options: str, api_key: str | None = None, threads: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent / "engine"),
                                                             os.environ.get("PYTHONPATH", "")]))
-        command = [sys.executable, "-c", "import sys; from specbound.cli import main; sys.exit(main())", "serve", "--pair-factory", f"tiny_pair:{factory}",
-                   "--host", "127.0.0.1", "--port", str(self.port), "--threads", "1", "--log-level", "warning",
+        pair = ["--pair-factory", f"tiny_pair:{factory}"] if factory else ["--quiet"]
+        command = [sys.executable, "-c", "import sys; from specbound.cli import main; sys.exit(main())", "serve", *pair,
+                   "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(threads), "--log-level", "warning",
                    *options] + (["--api-key", api_key] if api_key else [])
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 — closed in stop()
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)

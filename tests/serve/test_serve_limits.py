@@ -1,7 +1,7 @@
 """What one request can cost, and who gets in: bodies over the limit are refused with 413
 before they are read whole; a body nested 100,000 levels deep or holding a lone surrogate
-gets 400, not 500; free batch slots are filled at once; a new sampling setting while others
-are busy gets 429 with Retry-After and is served once they end; ``Bearer`` in any case;
+gets 400, not 500; free batch slots are filled at once; a request beyond the cache's bound
+gets 429 with Retry-After and is served once the others end; ``Bearer`` in any case;
 ``GET /v1/models/{id}``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from serve_fixtures import API_KEY, LIMIT_BODY_BYTES, MODEL
+from serve_fixtures import API_KEY, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, MODEL
 
 DEEP = 100_000
 
@@ -69,30 +69,33 @@ def test_eight_requests_at_once_fill_four_slots_and_four_places(limits_server):
     assert [response.status_code for response in asyncio.run(run())] == [200] * 8
 
 
-def test_a_new_sampling_setting_while_others_are_busy_waits_its_turn(limits_server):
-    """--max-settings 2: with two settings decoding, a third is refused with 429 and
-    Retry-After; once they end it is served, and so is a fourth after it."""
+def test_a_request_beyond_the_cache_bound_gets_429_and_is_served_once_the_others_end(limits_server):
+    """--max-cache-tokens 1000: four requests of four sampling settings reserve 4 x 250 cache
+    entries (1 prompt token, 245 new, a chain of 3 below the root); a fifth is refused with
+    429 naming max_tokens, with Retry-After; once they end it is served, and the cache's
+    reservation is back to 0."""
     async def run():
         async with httpx.AsyncClient(base_url=limits_server.url, timeout=60) as http:
             async def long(temperature: float) -> httpx.Response:
-                body = {"model": MODEL, "prompt": "red", "max_tokens": 200, "temperature": temperature, "seed": 1}
+                body = {"model": MODEL, "prompt": "red", "max_tokens": 245, "temperature": temperature, "seed": 1}
                 return await http.post("/v1/completions", json=body)
 
-            busy = [asyncio.create_task(long(temperature)) for temperature in (0.31, 0.32)]
-            while (await http.get("/health")).json()["settings"] < 2:
+            busy = [asyncio.create_task(long(temperature)) for temperature in (0.31, 0.32, 0.33, 0.34)]
+            while (health := (await http.get("/health")).json())["running"] < 4:
                 await asyncio.sleep(0.01)
-            third = await http.post("/v1/completions", json={"model": MODEL, "prompt": "red", "max_tokens": 2,
-                                                             "temperature": 0.33})
+            fifth = {"model": MODEL, "prompt": "red", "max_tokens": 2, "temperature": 0.35}
+            refused = await http.post("/v1/completions", json=fifth)
             finished = await asyncio.gather(*busy)
-            later = [await http.post("/v1/completions", json={"model": MODEL, "prompt": "red", "max_tokens": 2,
-                                                               "temperature": temperature})
-                     for temperature in (0.33, 0.34)]
-            return third, finished, later
+            later = await http.post("/v1/completions", json=fifth)
+            return health, refused, finished, later, (await http.get("/health")).json()
 
-    third, finished, later = asyncio.run(run())
-    check_error(third, 429, "temperature", "rate_limit_exceeded")
-    assert int(third.headers["Retry-After"]) >= 1
-    assert [response.status_code for response in finished + later] == [200] * 4
+    health, refused, finished, later, after = asyncio.run(run())
+    assert (health["cache_tokens"], health["max_cache_tokens"], health["settings"]) == (1000, LIMIT_CACHE_TOKENS, 4)
+    error = check_error(refused, 429, "max_tokens", "rate_limit_exceeded")
+    assert "1,000 of its 1,000 cache entries (--max-cache-tokens)" in error["message"], error["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert [response.status_code for response in finished + [later]] == [200] * 5
+    assert after["cache_tokens"] == after["settings"] == after["running"] == 0
 
 
 @pytest.mark.parametrize("header", [f"bearer {API_KEY}", f"BEARER  {API_KEY}", f"bEaReR {API_KEY}"])

@@ -1,25 +1,32 @@
-"""The decoding loop in-process: a step that raises fails the requests of its batch only
-(HTTP 500 in their responses), the other sampling setting's batch and later requests of the
-same setting decode on; sampling settings are bounded while in use and released after;
-admission fills every batch slot and queue place."""
+"""The decoding loop in-process: requests of any number of sampling settings decode in one
+batch of one decoder, each getting the tokens of its solo run; the cache entries reserved are
+bounded (a request beyond them refused for now, one alone always taken) and freed when
+requests end; a step that raises fails the requests decoding in it (HTTP 500 in their
+responses), and the waiting and later requests decode on; admission fills every batch slot
+and queue place."""
 
 from __future__ import annotations
 
+import gc
 import queue
 
 import pytest
+import torch
 
 from tiny_pair import tiny_pair
 from specbound.api import Speculator
+from specbound.engine.backends.torch import CausalLM
+from specbound.engine.decode import Decoder
 from specbound.engine.processing import Sampling
-from specbound.serve.batching import BatchingLoop, Failed, Finished, Job, Overloaded, SettingsBusy
+from specbound.serve.batching import BatchingLoop, CacheFull, Failed, Finished, Job, Overloaded
 
 VOCAB = 12
 WAIT_SECONDS = 30
+CHAIN = {"gamma": 3}
 
 
-def job(temperature: float, seed: int, events: queue.Queue, max_tokens: int = 12) -> Job:
-    return Job([5, 8], max_tokens, Sampling(temperature), seed, (), events.put)
+def job(temperature: float, seed: int, events: queue.Queue, max_tokens: int = 12, top_k=None, top_p=None) -> Job:
+    return Job([5, 8], max_tokens, Sampling(temperature, top_k, top_p), seed, (), events.put)
 
 
 def outcome(events: queue.Queue):
@@ -34,10 +41,88 @@ def speculator():
     return Speculator(pair=tiny_pair())
 
 
-def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
-    faulty = Sampling(0.8)
-    decoder, _ = speculator.decoder_for(faulty, "chain", {"gamma": 3})
-    score, calls = decoder.target.score, []
+def held(speculator) -> tuple[int, int]:
+    """Decoders and language models (each with its caches) alive over ``speculator``'s pair."""
+    gc.collect()
+    models = (speculator.pair.target, speculator.pair.draft)
+    objects = gc.get_objects()
+    decoders = [item for item in objects if type(item) is Decoder and item.target.model is models[0]]
+    lms = [item for item in objects if type(item) is CausalLM and any(item.model is model for model in models)]
+    return len(decoders), len(lms)
+
+
+def test_distinct_sampling_settings_share_one_decoder_and_its_caches(speculator):
+    """Twelve requests, each with a sampling setting of its own, one after the other: the
+    server holds one decoder and its two language models throughout, as after the first."""
+    loop = BatchingLoop(speculator, "chain", CHAIN, max_batch=4, max_queue=8)
+    loop.start()
+    try:
+        counts = []
+        for index in range(12):
+            events = queue.Queue()
+            loop.submit(job(0.05 + 0.08 * index, index, events, max_tokens=4))
+            assert isinstance(outcome(events), Finished)
+            counts.append(held(speculator))
+        assert counts == [(1, 2)] * 12
+        assert loop.health()["settings"] == loop.health()["cache_tokens"] == 0
+    finally:
+        loop.stop(10)
+
+
+def test_a_batch_of_distinct_sampling_settings_gives_each_request_its_solo_tokens(speculator):
+    """Five requests of five settings (greedy, top-k, top-p among them) decoded together in one
+    batch get exactly the tokens each gets decoded alone with its own decoder (float32: the
+    forward is batch-invariant)."""
+    settings = [Sampling(0.0), Sampling(0.7), Sampling(1.3, top_k=4), Sampling(1.0, top_p=0.8), Sampling(0.9, 5, 0.9)]
+    loop = BatchingLoop(speculator, "chain", CHAIN, max_batch=5, max_queue=0)
+    streams = [queue.Queue() for _ in settings]
+    for seed, (sampling, events) in enumerate(zip(settings, streams)):
+        loop.submit(Job([5, 8, 9], 16, sampling, 100 + seed, (), events.put))
+    loop.start()  # all five queued before the first step: they join the batch together
+    try:
+        together = [outcome(events).specbound["token_ids"] for events in streams]
+    finally:
+        loop.stop(10)
+    solo = []
+    for seed, sampling in enumerate(settings):
+        alone = Speculator(pair=tiny_pair())
+        decoder, plan = alone.decoder_for(sampling, "chain", CHAIN)
+        generator = torch.Generator().manual_seed(100 + seed)
+        solo.append(decoder.generate([5, 8, 9], plan, 16, generator).tokens)
+    assert together == solo
+    assert len({tuple(tokens) for tokens in solo}) > 1
+
+
+def test_the_cache_bound_refuses_for_now_and_frees_what_ended(speculator):
+    """max_cache_tokens 40: a request reserving 18 entries (2 prompt tokens, 12 new, a chain
+    of 3 below its root) is taken, a second one too, a third refused (54 > 40) until one ends;
+    a request needing more than the bound alone is taken when nothing else is reserved."""
+    loop = BatchingLoop(speculator, "chain", CHAIN, max_batch=4, max_queue=8, max_cache_tokens=40)
+    first, second = queue.Queue(), queue.Queue()
+    loop.submit(job(0.5, 0, first))
+    assert loop.health()["cache_tokens"] == 18
+    loop.submit(job(0.6, 0, second))
+    with pytest.raises(CacheFull, match="36 of its 40 cache entries.*needs 18"):
+        loop.submit(job(0.7, 0, queue.Queue()))
+    loop.start()
+    try:
+        assert isinstance(outcome(first), Finished) and isinstance(outcome(second), Finished)
+        assert loop.health()["cache_tokens"] == 0
+        large = queue.Queue()
+        loop.submit(job(0.7, 0, large, max_tokens=60))
+        assert loop.health()["cache_tokens"] == 66
+        with pytest.raises(CacheFull):
+            loop.submit(job(0.7, 1, queue.Queue(), max_tokens=1))
+        assert isinstance(outcome(large), Finished) and loop.health()["cache_tokens"] == 0
+    finally:
+        loop.stop(10)
+
+
+def test_a_failing_step_fails_its_requests_only_and_the_loop_runs_on(speculator):
+    """One slot: the request in the failing step gets 500, the waiting one of another setting
+    and a later one of the same are served."""
+    loop = BatchingLoop(speculator, "chain", CHAIN, max_batch=1, max_queue=8)
+    score, calls = loop.decoder.target.score, []
 
     def fails_once(*arguments, **options):
         calls.append(1)
@@ -45,8 +130,7 @@ def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
             raise RuntimeError("an injected fault")
         return score(*arguments, **options)
 
-    decoder.target.score = fails_once
-    loop = BatchingLoop(speculator, "chain", {"gamma": 3}, max_batch=4, max_queue=8)
+    loop.decoder.target.score = fails_once
     loop.start()
     try:
         failing, other = queue.Queue(), queue.Queue()
@@ -59,32 +143,6 @@ def test_a_failing_step_fails_its_batch_only_and_the_loop_runs_on(speculator):
         loop.submit(job(0.8, 1, later))
         assert isinstance(outcome(later), Finished)
         assert loop.health()["running"] == 0 and not loop.health()["broken"]
-    finally:
-        loop.stop(10)
-
-
-def test_a_sampling_setting_in_use_bounds_new_ones_and_is_released_when_its_requests_end(speculator):
-    """Two settings in use (three requests, not yet decoding) with max_settings 2: a third
-    setting is refused for now, a request of a setting in use is not; once the requests end,
-    the third and a fourth setting are served one after the other, and no more than two
-    settings' batches are kept."""
-    loop = BatchingLoop(speculator, "chain", {"gamma": 3}, max_batch=4, max_queue=8, max_settings=2)
-    first, second = queue.Queue(), queue.Queue()
-    loop.submit(job(0.1, 0, first))
-    loop.submit(job(0.2, 0, second))
-    loop.submit(job(0.1, 1, second))  # a setting in use
-    with pytest.raises(SettingsBusy):
-        loop.submit(job(0.3, 0, queue.Queue()))
-    loop.start()
-    try:
-        assert all(isinstance(outcome(events), Finished) for events in (first, second, second))
-        assert loop.health()["settings"] == 0
-        for temperature in (0.3, 0.4):
-            later = queue.Queue()
-            loop.submit(job(temperature, 0, later))
-            assert isinstance(outcome(later), Finished)
-            assert loop.health()["groups"] == 2
-        assert loop.health()["settings"] == 0
     finally:
         loop.stop(10)
 

@@ -10,10 +10,13 @@ Ctrl-C) it stops accepting connections, lets the requests in flight finish for u
 exits with status 0.
 
 A request may take a batch slot (``--max-batch``) or, when all are busy, wait (up to
-``--max-queue`` requests; 0: none wait); beyond them it is refused with 429. Sampling
-settings in use at once are at most ``--max-settings``. A body over ``--max-body-bytes`` is
-refused with 413. ``--api-key`` (or ``$SPECBOUND_API_KEY``) must not be empty; clients send
-it as ``Authorization: Bearer KEY``; without one, listening beyond this machine is warned of.
+``--max-queue`` requests; 0: none wait); beyond them it is refused with 429. Requests of
+every sampling setting decode in one batch of one decoder; the cache entries the requests
+decoding and waiting reserve (prompt, max_tokens and a draft tree each) are at most
+``--max-cache-tokens``, and a request beyond them is refused with 429 (one alone is always
+taken). A body over ``--max-body-bytes`` is refused with 413. ``--api-key`` (or
+``$SPECBOUND_API_KEY``) must not be empty; clients send it as ``Authorization: Bearer KEY``;
+without one, listening beyond this machine is warned of.
 
 ``--pair-factory MODULE:FUNCTION`` serves the ``ModelPair`` that function returns instead
 of loading ``--target``/``--draft``: the tests serve tiny in-process models with it
@@ -77,7 +80,8 @@ def _serve(args: argparse.Namespace, method: str, options: dict, api_key: str | 
     context = decoder.target.max_positions
     settings = Settings(name, context, args.max_new_tokens, sampling, args.seed, args.max_body_bytes, api_key)
     metrics = ServerMetrics()
-    loop = BatchingLoop(speculator, method, options, args.max_batch, args.max_queue, args.max_settings,
+    max_cache_tokens = args.max_cache_tokens if args.max_cache_tokens is not None else context
+    loop = BatchingLoop(speculator, method, options, args.max_batch, args.max_queue, max_cache_tokens,
                         default=sampling, observer=metrics)
     app = create_app(loop, PromptEncoder(speculator.pair, context), settings, metrics)
     for handled in (signal.SIGTERM, signal.SIGINT):  # uvicorn drains on them, then raises them again: exit 0
@@ -135,9 +139,10 @@ def register(subparsers) -> None:
     server.add_argument("--max-queue", type=arguments.integer(0), default=64,
                         help="requests waiting for a slot when all are busy (0: none wait); more are refused with "
                         "429 (default 64)")
-    server.add_argument("--max-settings", type=arguments.positive_int, default=16,
-                        help="distinct sampling settings (temperature, top_p, top_k) in use at once, each its own "
-                        "batch; a new one beyond them is refused with 429 until one is free (default 16)")
+    server.add_argument("--max-cache-tokens", type=arguments.positive_int, default=None,
+                        help="cache entries the requests decoding and waiting reserve together at most (its prompt, "
+                        "max_tokens and a draft tree each); a request beyond them is refused with 429, one alone is "
+                        "always taken (default: the model's context)")
     server.add_argument("--max-body-bytes", type=arguments.integer(1), default=MAX_BODY_BYTES,
                         help=f"a request body's size at most; larger ones are refused with 413 "
                         f"(default {MAX_BODY_BYTES:,})")

@@ -1,25 +1,25 @@
 """The decoding loop of a server: continuous batching over the engine's step-level API.
 
 One thread runs it for the server's life. A request (``Job``) takes a batch slot if one of
-``max_batch`` is free, else waits in a queue of at most ``max_queue`` (0: no waiting); beyond
+``max_batch`` is free, else waits in a queue of at most ``max_queue`` (0: none waiting); beyond
 them it is refused (``Overloaded``). Before every step the loop moves the waiting requests
-into the free slots, runs one step of every batch, sends each request the text its new tokens
+into the free slots, runs one step of the batch, sends each request the text its new tokens
 made, and lets a request leave as soon as it ends (EOS, its ``max_tokens``, a stop string), is
 cancelled or its client disconnected — its cache rows freed before the next step
 (``engine.decode.Batch``).
 
-**One batch per sampling setting.** A ``Sampling`` (temperature, top-k, top-p) is applied
-identically to the target's and the draft's logits inside the decoder and its drafter, and
-``auto``'s planner keeps its acceptance estimates per setting; so requests are grouped by
-their ``Sampling``, each group one ``Batch`` of its own decoder (over the same loaded
-models), and the loop steps the groups in turn. Requests that share a setting — the common
-case, a client's defaults — decode together. The settings *in use* (with a running or waiting
-request) are bounded by ``max_settings``: a new setting while ``max_settings`` others are in
-use is refused for now (``SettingsBusy``), and a setting whose last request ended no longer
-counts. Each setting costs a decoder with its caches (for ``auto`` also a planner and the
-draft's quantised copies): an idle setting's group is kept for its next request until a new
-setting needs the room — at most ``max_settings`` groups besides the default's, the least
-recently used idle one forgotten first (``Speculator.release_decoder``).
+**One batch, whatever the sampling.** The server holds one decoder (over the loaded pair,
+with its caches, and under ``auto`` its planner) and one ``Batch`` of it; a request's
+``Sampling`` (temperature, top-k, top-p) is its sequence's own (``Batch.add``), applied to
+its target and draft rows alike. So a sampling setting costs no decoder or cache of its own:
+what the server holds grows with the requests it decodes, not with the settings they name.
+``auto``'s planner learns from the steps of every setting.
+
+**Bounded cache.** A request reserves the cache entries it may need (``decode.cells_needed``:
+its prompt, ``max_tokens`` and the largest draft tree) from when it is taken until it ends;
+with ``max_cache_tokens``, a request whose entries would take the reserved ones past it is
+refused for now (``CacheFull``) — unless nothing else is reserved: a request alone is always
+taken, so a 429 always means "retry later".
 
 **Same seed, same tokens.** A request's randomness comes from its own generator, seeded by
 its ``seed`` (or drawn from the server's seed sequence), so with a ``seed`` it gets the
@@ -28,8 +28,8 @@ torch models, ``engine.decode``). ``auto`` plans from what the server has seen, 
 tokens also depend on earlier requests.
 
 **Failures stay local.** A request is checked before it queues (``handling``); a step that
-raises fails the requests of that group only (HTTP 500 in their responses), whose batch
-starts afresh; the loop and every other group run on.
+raises fails the requests decoding in it (HTTP 500 in their responses), and the batch
+starts afresh: the loop, the waiting requests and later ones run on.
 
 **Drain.** ``drain(seconds)`` refuses new requests and lets those in flight run for
 ``seconds``; then each still unfinished ends with ``Failed`` (503), so that its response
@@ -48,9 +48,8 @@ from typing import Protocol
 
 import torch
 
-from specbound.engine.decode import Batch, Decoder, Sequence
-from specbound.engine.methods import Method
-from specbound.engine.planner import Planner
+from specbound.engine.decode import Decoder, Sequence, cells_needed
+from specbound.engine.methods import Schedule
 from specbound.engine.processing import Sampling
 from specbound.serve.text import TextStream
 
@@ -99,21 +98,12 @@ class Job:
     stops: tuple[str, ...]
     deliver: Callable[[Event], None]
     arrived: float = field(default_factory=time.monotonic)  # when the server received it
+    cells: int = 0  # cache entries reserved for it from when it is taken until it ends (set by ``submit``)
     cancelled: bool = False  # set by the request's side; the loop removes it before its next step
     sequence: Sequence | None = None  # once in its batch
     text: TextStream | None = None
     steps_by_method: Counter[str] = field(default_factory=Counter)
     last_tokens_at: float | None = None  # when its latest tokens came
-
-
-@dataclass(eq=False)
-class _Group:
-    """The batch of one sampling setting."""
-
-    decoder: Decoder
-    plan: Method | Planner
-    batch: Batch
-    jobs: dict[int, Job] = field(default_factory=dict)  # sequence index -> Job
 
 
 class LoopObserver(Protocol):
@@ -146,8 +136,9 @@ class Overloaded(Exception):
     """Every batch slot and queue place is taken."""
 
 
-class SettingsBusy(Exception):
-    """A new sampling setting while ``max_settings`` others are in use."""
+class CacheFull(Exception):
+    """The cache entries reserved by the requests decoding and waiting leave too few for
+    this one (``max_cache_tokens``)."""
 
 
 class Unavailable(Exception):
@@ -157,23 +148,28 @@ class Unavailable(Exception):
 class BatchingLoop:
     """The server's decoding loop (module docstring). ``speculator``: the loaded pair;
     ``method``, ``options``: what ``Speculator.decoder_for`` takes ("auto" or an engine
-    method and its options); ``max_batch``: sequences decoded at once, all groups together;
-    ``max_queue``: requests waiting when every slot is busy (0: none); ``max_settings``:
-    sampling settings in use at once; ``default``: the setting whose batch is never forgotten
-    (the server's own); ``observer``: told what the loop does (the server's metrics)."""
+    method and its options); ``max_batch``: sequences decoded at once; ``max_queue``: requests
+    waiting when every slot is busy (0: none); ``max_cache_tokens``: cache entries the
+    requests decoding and waiting reserve together at most (None: no bound but the slots');
+    ``default``: the sampling of the one decoder (a request's own applies to its sequence);
+    ``observer``: told what the loop does (the server's metrics)."""
 
     def __init__(self, speculator, method: str, options: dict, max_batch: int, max_queue: int,
-                 max_settings: int = 16, default: Sampling | None = None,
+                 max_cache_tokens: int | None = None, default: Sampling | None = None,
                  observer: LoopObserver | None = None):
         self.speculator = speculator
         self.method, self.options = method, dict(options)
-        self.max_batch, self.max_queue, self.max_settings = max_batch, max_queue, max_settings
-        self.default = default
+        self.max_batch, self.max_queue, self.max_cache_tokens = max_batch, max_queue, max_cache_tokens
         self.observer = observer or _Unobserved()
-        self._groups: dict[Sampling, _Group] = {}  # touched by the loop's thread only
-        self._in_use: Counter[Sampling] = Counter()  # running and waiting jobs per setting
+        decoder, schedule = speculator.decoder_for(default or Sampling(), method, self.options)
+        self.decoder: Decoder = decoder
+        self.schedule: Schedule = schedule  # the Method, or the Planner under "auto"
+        self._batch = self.decoder.start(self.schedule)  # touched by the loop's thread only, as _jobs
+        self._jobs: dict[int, Job] = {}  # sequence index -> Job
         self._queue: deque[Job] = deque()
         self._running = 0  # jobs admitted and not ended
+        self._reserved = 0  # cache entries of the running and waiting jobs
+        self._in_use: Counter[Sampling] = Counter()  # running and waiting jobs per sampling setting
         self._condition = threading.Condition()  # guards the fields above it and the counts
         self._stopping = False
         self._drain_deadline: float | None = None  # set by drain: refuse new jobs, end the rest then
@@ -187,18 +183,22 @@ class BatchingLoop:
         self._thread.start()
 
     def submit(self, job: Job) -> None:
-        """Give ``job`` a batch slot or a queue place; ``Overloaded`` when none is free,
-        ``SettingsBusy`` for a new sampling setting beyond ``max_settings`` in use,
-        ``Unavailable`` while draining or stopped."""
+        """Give ``job`` a batch slot or a queue place and reserve its cache entries;
+        ``Overloaded`` when no slot or place is free, ``CacheFull`` when its entries do not
+        fit beside those reserved, ``Unavailable`` while draining or stopped."""
+        job.cells = cells_needed(len(job.prompt_ids), job.max_tokens, self.schedule)
         with self._condition:
             if self._stopping or self._drain_deadline is not None or self.broken:
                 raise Unavailable("the decoding loop stopped" if self.broken else "the server is shutting down")
             if self._running + len(self._queue) >= self.max_batch + self.max_queue:
                 raise Overloaded(f"{self._running} requests are decoding and {len(self._queue)} waiting "
                                  f"(--max-batch {self.max_batch}, --max-queue {self.max_queue})")
-            if job.sampling not in self._in_use and len(self._in_use) >= self.max_settings:
-                raise SettingsBusy(f"{len(self._in_use)} other sampling settings (temperature, top_p, top_k) are "
-                                   f"in use (--max-settings {self.max_settings})")
+            limit = self.max_cache_tokens
+            if limit is not None and self._reserved and self._reserved + job.cells > limit:
+                raise CacheFull(f"the requests decoding and waiting hold {self._reserved:,} of its {limit:,} cache "
+                                f"entries (--max-cache-tokens) and this one needs {job.cells:,} (its prompt, "
+                                "max_tokens and a draft tree)")
+            self._reserved += job.cells
             self._in_use[job.sampling] += 1
             self._queue.append(job)
             self._condition.notify()
@@ -210,7 +210,7 @@ class BatchingLoop:
             job.cancelled = True
             if job in self._queue:
                 self._queue.remove(job)
-                self._release(job.sampling)
+                self._release(job)
                 self.cancelled += 1
                 waiting = True
             else:
@@ -240,19 +240,20 @@ class BatchingLoop:
         return len(self._queue)
 
     def health(self) -> dict:
-        groups = list(self._groups.values())  # one C-level copy: the loop's thread may change them meanwhile
+        in_batch = len(self._batch.sequences)  # read without the lock: the loop's thread may change it meanwhile
         with self._condition:
-            return {"in_batches": sum(len(group.batch.sequences) for group in groups),
-                    "tracked": sum(len(group.jobs) for group in groups), "running": self._running,
-                    "queued": len(self._queue), "settings": len(self._in_use), "groups": len(groups),
+            return {"in_batches": in_batch, "tracked": len(self._jobs), "running": self._running,
+                    "queued": len(self._queue), "settings": len(self._in_use), "decoders": 1,
+                    "cache_tokens": self._reserved, "max_cache_tokens": self.max_cache_tokens,
                     "broken": self.broken, "completed": self.completed, "cancelled": self.cancelled,
                     "max_batch": self.max_batch, "max_queue": self.max_queue}
 
-    def _release(self, sampling: Sampling) -> None:
-        """One job of ``sampling`` left (the lock held)."""
-        self._in_use[sampling] -= 1
-        if not self._in_use[sampling]:
-            del self._in_use[sampling]
+    def _release(self, job: Job) -> None:
+        """``job`` left (the lock held): its cache entries and its setting are free."""
+        self._reserved -= job.cells
+        self._in_use[job.sampling] -= 1
+        if not self._in_use[job.sampling]:
+            del self._in_use[job.sampling]
 
     # -- the loop's thread --------------------------------------------------------------------
     def _run(self) -> None:
@@ -264,7 +265,7 @@ class BatchingLoop:
                 self.broken, waiting = True, list(self._queue)
                 self._queue.clear()
                 for job in waiting:
-                    self._release(job.sampling)
+                    self._release(job)
             for job in waiting:
                 job.deliver(Failed(503, "The server's decoding loop stopped."))
             raise
@@ -288,80 +289,56 @@ class BatchingLoop:
                 admitted = []
             for job in admitted:
                 self._admit(job)
-            for group in list(self._groups.values()):
-                self._drop_cancelled(group)
-                if group.batch.sequences:
-                    self._step(group)
+            self._drop_cancelled()
+            if self._batch.sequences:
+                self._step()
         self._end_all(SHUT_DOWN)
 
     def _end_all(self, message: str) -> None:
-        for group in self._groups.values():
-            for job in list(group.jobs.values()):
-                self._end(group, job, Failed(503, message))
-
-    def _group(self, sampling: Sampling) -> _Group:
-        group = self._groups.pop(sampling, None)
-        if group is None:
-            self._forget_idle()
-            decoder, plan = self.speculator.decoder_for(sampling, self.method, self.options)
-            group = _Group(decoder, plan, decoder.start(plan))
-        self._groups[sampling] = group  # last: the most recently used
-        return group
-
-    def _forget_idle(self) -> None:
-        """Make room for a new setting's group: while ``max_settings`` groups besides the
-        default's are kept, forget the least recently used one no request uses, its decoder
-        with it."""
-        with self._condition:
-            idle = [sampling for sampling, group in self._groups.items()
-                    if not group.jobs and sampling not in self._in_use and sampling != self.default]
-        kept = len(self._groups) - (self.default in self._groups)
-        for sampling in idle[: max(0, kept - self.max_settings + 1)]:
-            del self._groups[sampling]
-            self.speculator.release_decoder(sampling, self.method, self.options)
+        for job in list(self._jobs.values()):
+            self._end(job, Failed(503, message))
 
     def _admit(self, job: Job) -> None:
         if job.cancelled:  # its client left between the queue and here
             self._finish_count(None, job)
             return
         try:
-            group = self._group(job.sampling)
             generator = torch.Generator(device=self.speculator.pair.device).manual_seed(job.seed)
-            job.sequence = group.batch.add(job.prompt_ids, job.max_tokens, generator)
+            job.sequence = self._batch.add(job.prompt_ids, job.max_tokens, generator, job.sampling)
         except ValueError as error:  # checked before it queued; a refusal here is still the request's own
             self._finish_count(Failed(400, str(error)), job)
             return
-        except Exception:  # noqa: BLE001 — e.g. a decoder that cannot be built: this request fails, not the loop
+        except Exception:  # noqa: BLE001 — this request fails, not the loop
             log.exception("a request could not join its batch")
             self._finish_count(Failed(500, "The request could not join a batch."), job)
             return
         job.text = TextStream(lambda tokens: self.speculator.pair.decode(tokens, skip_special_tokens=True), job.stops)
-        group.jobs[job.sequence.index] = job
+        self._jobs[job.sequence.index] = job
         self.observer.admitted(job)
 
-    def _drop_cancelled(self, group: _Group) -> None:
-        for job in [job for job in group.jobs.values() if job.cancelled]:
-            group.batch.remove(job.sequence)
-            del group.jobs[job.sequence.index]
+    def _drop_cancelled(self) -> None:
+        for job in [job for job in self._jobs.values() if job.cancelled]:
+            self._batch.remove(job.sequence)
+            del self._jobs[job.sequence.index]
             self._finish_count(None, job)
 
-    def _step(self, group: _Group) -> None:
+    def _step(self) -> None:
         try:
-            self._step_and_send(group)
-        except Exception:  # noqa: BLE001 — a failing step must not take the loop or other groups down
-            log.exception("a decoding step failed; its group's requests fail, the loop runs on")
-            jobs = list(group.jobs.values())
-            group.jobs.clear()
-            group.batch = group.decoder.start(group.plan)  # its first admission resets the caches
+            self._step_and_send()
+        except Exception:  # noqa: BLE001 — a failing step must not take the loop down
+            log.exception("a decoding step failed; its requests fail, the loop runs on")
+            jobs = list(self._jobs.values())
+            self._jobs.clear()
+            self._batch = self.decoder.start(self.schedule)  # its first admission resets the caches
             for job in jobs:
                 self._finish_count(Failed(500, "The decoding step of this request failed."), job)
 
-    def _step_and_send(self, group: _Group) -> None:
-        emitted = group.batch.step()
-        label = group.batch.last_method.name
+    def _step_and_send(self) -> None:
+        emitted = self._batch.step()
+        label = self._batch.last_method.name
         now = time.monotonic()
         for sequence, tokens in emitted:
-            job = group.jobs[sequence.index]
+            job = self._jobs[sequence.index]
             job.steps_by_method[label] += 1
             if tokens:
                 since = now - (job.arrived if job.last_tokens_at is None else job.last_tokens_at)
@@ -372,24 +349,24 @@ class BatchingLoop:
                 job.deliver(Text(piece))
             if job.text.stopped or sequence.done:
                 if not sequence.done:
-                    group.batch.remove(sequence)
+                    self._batch.remove(sequence)
                 rest = job.text.finish()
                 if rest:
                     job.deliver(Text(rest))
                 reason = "length" if sequence.finish_reason == "length" and not job.text.stopped else "stop"
-                self._end(group, job, Finished(reason, _usage(job), self._figures(job)))
+                self._end(job, Finished(reason, _usage(job), self._figures(job)))
 
-    def _end(self, group: _Group, job: Job, event: Event) -> None:
+    def _end(self, job: Job, event: Event) -> None:
         if not job.sequence.done:
-            group.batch.remove(job.sequence)
-        del group.jobs[job.sequence.index]
+            self._batch.remove(job.sequence)
+        del self._jobs[job.sequence.index]
         self._finish_count(event, job)
 
     def _finish_count(self, event: Event | None, job: Job) -> None:
-        """``job`` left the loop (``event`` None: cancelled): its slot and setting are free."""
+        """``job`` left the loop (``event`` None: cancelled): its slot and cache entries are free."""
         with self._condition:
             self._running -= 1
-            self._release(job.sampling)
+            self._release(job)
             self.completed += isinstance(event, Finished)
             self.cancelled += event is None
         self.observer.ended(job, event)

@@ -7,8 +7,9 @@ RFC 6750 and RFC 9110 have it). Then it is checked whole on a worker thread, off
 loop — JSON, fields, model, prompt (tokenised there: ``prompts``), token limit against the
 context, sampling settings — and refused with OpenAI's error object naming the field (400,
 404 for an unknown model). It then joins the decoding loop: when every batch slot and queue
-place is taken, or its sampling setting would be one too many in use, it is refused with 429
-and ``Retry-After``; while the server drains, with 503.
+place is taken, or the cache entries it needs do not fit beside those the others reserved
+(``--max-cache-tokens``), it is refused with 429 and ``Retry-After``; while the server
+drains, with 503.
 
 A request answers as JSON, or with ``"stream": true`` as server-sent events (``sse``). A
 client that disconnects cancels its request: the loop drops it before its next step.
@@ -26,7 +27,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from specbound.engine.processing import Sampling
-from specbound.serve.batching import (BatchingLoop, Event, Failed, Finished, Job, Overloaded, SettingsBusy, Text,
+from specbound.serve.batching import (BatchingLoop, CacheFull, Event, Failed, Finished, Job, Overloaded, Text,
                                       Unavailable)
 from specbound.serve.prompts import PromptEncoder
 from specbound.serve.schemas import ChatCompletionRequest, CompletionRequest, RequestError, error_body, parse_request
@@ -165,9 +166,9 @@ class RequestHandling:
             self.loop.submit(job)
         except Overloaded as error:
             raise RequestError(429, f"The server is busy: {error}. Retry later.", **busy) from None
-        except SettingsBusy as error:
-            raise RequestError(429, f"The server is busy with other sampling settings: {error}. Retry later, or use "
-                               "one of those in use.", "temperature", **busy) from None
+        except CacheFull as error:
+            raise RequestError(429, f"The server's cache is full: {error}. Retry later, or ask for fewer max_tokens.",
+                               "max_tokens", **busy) from None
         except Unavailable as error:
             raise RequestError(503, f"The server cannot take requests: {error}.", kind="server_error") from None
 
