@@ -79,10 +79,11 @@ def add_output(parser: argparse.ArgumentParser, default: str | None, help: str =
 
 
 def write(path: Path, result) -> dict:
-    """Write ``result`` in its envelope to ``path`` as indented JSON; return the envelope."""
+    """Write ``result`` in its envelope to ``path`` as indented JSON (paths as strings); return
+    the envelope."""
     record = envelope(result)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(record, indent=1, ensure_ascii=False, default=str) + "\n")
     return record
 
 
@@ -100,9 +101,9 @@ class Lines:
             if not self.started:
                 header = envelope(None)
                 del header["result"]
-                handle.write(json.dumps(header, ensure_ascii=False) + "\n")
+                handle.write(json.dumps(header, ensure_ascii=False, default=str) + "\n")
                 self.started = True
-            handle.write(json.dumps(result, ensure_ascii=False) + "\n")
+            handle.write(json.dumps(result, ensure_ascii=False, default=str) + "\n")
 
 
 def is_envelope(line: dict) -> bool:

@@ -48,8 +48,9 @@ def test_gpu_check_runs_from_the_source_tree_on_cpu_with_tiny_shapes(tmp_path):
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=240,
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    summary = json.loads((out / "gpu_check.json").read_text())
-    records = [json.loads(line) for line in (out / "forward_rows_cpu.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "gpu_check.json").read_text())["result"]
+    envelope, *records = [json.loads(line) for line in (out / "forward_rows_cpu.jsonl").read_text().splitlines()]
+    assert envelope["benchmark"] == "benchmarks.engine.gpu_check" and envelope["machine"]["cpu_model"]
     assert [record["model"] for record in records] == ["default-target", "default-draft"]
     for record in records:  # every row count a method scores, the planner's sparse 32 among them (33 rows)
         assert [int(rows) for rows in record["rows_seconds"]] == summary["rows"]

@@ -1,6 +1,7 @@
-"""The auditor on real engines (issue 42.2): who passes, what it detects, what it costs.
+"""The auditor on real engines: who passes, what it detects, what it costs.
 
-Sections (``--sections``, all by default), each a list of records in one JSON file:
+Sections (``--sections``, all by default), each a list of records in one record's result
+(``benchmarks.record``):
 
 - ``ours``: every audited method of ours (``METHODS``) on both backends (llama.cpp, torch),
   against the target without speculation;
@@ -15,7 +16,7 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   pass on either side of the fix. Auditing the faulty ones needs a model with an MTP head or a
   DFlash drafter, which the embedded pair has not; so the section also audits the assistant
   path with the raw logits handed over as q (``RawLogitsAssistant``), the same bug. On the
-  embedded pair that bug is a temperature error of about 11–13% (``bench_audit_bias.py``):
+  embedded pair that bug is a temperature error of about 11–13% (``bench_audit_bias``):
   catching it takes thousands of positions, e.g. ``--prompts mt_bench --limit 8 --samples
   256 --max-new-tokens 32``;
 - ``power``: detection rate against injected bias — samplers that, at every position, emit
@@ -26,10 +27,11 @@ Sections (``--sections``, all by default), each a list of records in one JSON fi
   none, per method on llama.cpp.
 
 Every audit records its verdict, p-value (and each test's), detectable TV and temperature
-error, tolerances and seconds (sampling, scoring: the auditor's cost). ``--tiny`` runs everything on the tests' tiny models (seconds), the check
-that the script works; the real run is the embedded pair:
+error, tolerances and seconds (sampling, scoring: the auditor's cost). ``--tiny`` runs
+everything on tiny random-weight models (``specbound.models.tiny``; seconds), the check that the
+script works; the real run is the embedded pair:
 
-    python benchmarks/bench_audit.py --samples 128 --max-new-tokens 16 --limit 4 --threads 2
+    python -m benchmarks.audit.bench_audit --samples 128 --max-new-tokens 16 --limit 4 --threads 2
 
 Each sample prefills its prompt again, so a run's time is mostly prefills and decoding of the
 samples: on 2 cores an audit of 1,536 positions takes 3–6 min on llama.cpp and of 1,024 about
@@ -48,6 +50,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks import record
 from specbound.audit import audit
 from specbound.audit.reference import pair_reference
 from specbound.audit.samplers import ModelDraft, engine_sampler, llama_cpp_sampler, transformers_sampler
@@ -79,8 +82,8 @@ def main() -> int:
     parser.add_argument("--methods", default=None,
                         help="of `ours`, comma-separated indices into METHODS (default: all on llama.cpp, "
                         "TORCH_METHODS on torch)")
-    parser.add_argument("--tiny", action="store_true", help="the tests' tiny models instead of the embedded pair")
-    parser.add_argument("--output", default="benchmarks/results/audit.json")
+    parser.add_argument("--tiny", action="store_true", help="tiny random-weight models instead of the embedded pair")
+    record.add_output(parser, "audit/audit.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sections = args.sections.split(",")
@@ -94,12 +97,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         models = TinyModels(Path(scratch)) if args.tiny else EmbeddedModels(args)
         records = {section: RUNNERS[section](args, models) for section in sections}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    from bench_forward_rows import lscpu
-
-    output.write_text(json.dumps({"settings": vars(args), "lscpu": lscpu(), **records}, indent=1) + "\n")
-    print(f"wrote {output}", file=sys.stderr)
+    record.write(args.output, {"settings": vars(args), **records})
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 
@@ -164,15 +163,15 @@ def audited(args, label: dict, sampler, reference, prompts, vocab_size=None, top
     started = time.perf_counter()
     result = audit(sampler, reference, prompts, temperature=args.temperature, top_k=top_k,
                    max_new_tokens=args.max_new_tokens, samples=args.samples, seed=0, vocab_size=vocab_size)
-    record = {**label, "passed": result.passed, "p_value": result.p_value, "detectable_tv": result.detectable_tv,
-              "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value,
-              "sharpness_p": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
-              "detectable_sharpening": result.detectable_sharpening, "positions": result.scored,
-              "tolerances": [result.tolerance, result.row_tolerance, result.sharpness_tolerance,
-                             result.variance_tolerance],
-              "seconds": {**result.seconds, "total": time.perf_counter() - started}}
-    print(json.dumps(record), file=sys.stderr)
-    return record
+    entry = {**label, "passed": result.passed, "p_value": result.p_value, "detectable_tv": result.detectable_tv,
+             "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value,
+             "sharpness_p": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
+             "detectable_sharpening": result.detectable_sharpening, "positions": result.scored,
+             "tolerances": [result.tolerance, result.row_tolerance, result.sharpness_tolerance,
+                            result.variance_tolerance],
+             "seconds": {**result.seconds, "total": time.perf_counter() - started}}
+    print(json.dumps(entry), file=sys.stderr)
+    return entry
 
 
 def run_ours(args, models) -> list[dict]:

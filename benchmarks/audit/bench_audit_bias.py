@@ -20,7 +20,7 @@ positions at which the median audit rejects: for the sharpness test, where the e
 statistic crosses its threshold; for the pooled test at best, as if every position's shift
 lay across one common edge (they do not: it needs more).
 
-    python benchmarks/bench_audit_bias.py --prompts instructions --limit 8 --max-new-tokens 32
+    python -m benchmarks.audit.bench_audit_bias --prompts instructions --limit 8 --max-new-tokens 32
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.audit.pit import FLOOR, detectable_shift, sharpness_test
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
@@ -50,7 +49,7 @@ def main() -> int:
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--level", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", default="benchmarks/results/audit_bias.json")
+    record.add_output(parser, "audit/bias.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair(args.target, args.draft, progress=False, backend="torch")
@@ -69,13 +68,11 @@ def main() -> int:
         rows.append(position_figures(processing, target_logits, draft_logits))
         print(f"prompt {index + 1}/{args.limit}", file=sys.stderr)
     figures = {key: torch.cat([row[key] for row in rows]) for key in rows[0]}
-    record = {"settings": vars(args), "positions": int(figures["tv"].numel()), **summary(figures, rounding, args.level),
+    result = {"settings": vars(args), "positions": int(figures["tv"].numel()), **summary(figures, rounding, args.level),
               "tolerances": {"tolerance": rounding.mean_tv, "score_drift": rounding.score_drift,
-                             "score_variance": rounding.score_variance},
-              "cpu_model": lscpu()["model"], "cpu_flags": lscpu()["flags"]}
-    print(json.dumps(record, indent=1))
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(record, indent=1) + "\n")
+                             "score_variance": rounding.score_variance}}
+    print(json.dumps(result, indent=1, default=str))
+    record.write(args.output, result)
     return 0
 
 

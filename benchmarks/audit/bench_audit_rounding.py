@@ -17,11 +17,11 @@ temperature T (top-k as given; 0: off):
   ``score_drift`` = Σ|E'[f] − E[f]| / Σσ and ``score_variance`` = Σ E'[(f − E[f])²] / Σσ² − 1,
   E' under the engine's row, σ² = Var_p(f).
 
-Writes one JSON record per backend and top-k: max and mean of ``tv``, ``score_drift`` and
-``score_variance`` (what ``engine.backends.Rounding`` states, with a margin), Σ top / Σ eta,
-the largest ``top / eta`` and its quantiles, with lscpu's model and flags.
+Writes one record (``benchmarks.record``) with an entry per backend and top-k: max and mean
+of ``tv``, ``score_drift`` and ``score_variance`` (what ``engine.backends.Rounding`` states,
+with a margin), Σ top / Σ eta, the largest ``top / eta`` and its quantiles.
 
-    python benchmarks/bench_audit_rounding.py --limit 16 --max-new-tokens 32 --threads 2
+    python -m benchmarks.audit.bench_audit_rounding --limit 16 --max-new-tokens 32 --threads 2
 """
 
 from __future__ import annotations
@@ -30,11 +30,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.audit.pit import FLOOR
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
@@ -55,12 +54,11 @@ def main() -> int:
     parser.add_argument("--backends", default="llama.cpp,torch")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="benchmarks/results/audit_rounding.json")
+    record.add_output(parser, "audit/rounding.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     top_ks = [int(value) for value in args.top_k.split(",")]
-    machine = lscpu()
-    records = []
+    entries = []
     for backend in args.backends.split(","):
         started = time.perf_counter()
         pair = load_pair(args.target, None, progress=False, backend=backend, threads=args.threads)
@@ -79,19 +77,17 @@ def main() -> int:
             print(f"{backend}: prompt {index + 1}/{len(texts)}", file=sys.stderr)
         for top_k in top_ks:
             processing = Processing(args.temperature, top_k or None, None, pair.vocab_size)
-            record = {"backend": backend, "target": args.target, "top_k": top_k, "temperature": args.temperature,
-                      "prompts": args.prompts, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
-                      "cpu_model": machine["model"], "cpu_flags": machine["flags"], "threads": args.threads}
+            entry = {"backend": backend, "target": args.target, "top_k": top_k, "temperature": args.temperature,
+                     "prompts": args.prompts, "limit": args.limit, "max_new_tokens": args.max_new_tokens,
+                     "threads": args.threads}
             for shape, pairs in rows.items():
-                record[shape] = summary(processing, pairs)
-            record["seconds"] = time.perf_counter() - started
-            records.append(record)
-            print(json.dumps({key: value for key, value in record.items() if key != "cpu_flags"}), file=sys.stderr)
+                entry[shape] = summary(processing, pairs)
+            entry["seconds"] = time.perf_counter() - started
+            entries.append(entry)
+            print(json.dumps(entry), file=sys.stderr)
         del lm, pair
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"settings": vars(args), "records": records}, indent=1) + "\n")
-    print(f"wrote {output}", file=sys.stderr)
+    record.write(args.output, {"settings": vars(args), "records": entries})
+    print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 

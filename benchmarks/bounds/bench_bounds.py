@@ -11,14 +11,13 @@ Measures, side by side on this machine:
 
 Rows: target logits σ·z, draft logits σ·(ρ z + √(1 − ρ²) z′) with z, z′ ~ N(0, I),
 ρ = 0.9 (target and draft correlated) and σ drawn per row from [3.4, 4.6], which puts
-20-60% of the mass on the top token. Run: ``python benchmarks/bench_bounds.py`` (add
-``--json FILE`` to save the numbers).
+20-60% of the mass on the top token. Run: ``python -m benchmarks.bounds.bench_bounds`` (add
+``--output FILE`` to save the numbers as a ``benchmarks.record`` envelope).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ import time
 import numpy as np
 from tqdm import tqdm
 
+from benchmarks import record
 from specbound.drafts import optimal_acceptance, optimal_acceptance_lp
 
 QWEN_VOCAB = 151_936
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lp-rows", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the numbers to this file")
+    record.add_output(parser, None, "also write the numbers here")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
 
@@ -140,9 +140,8 @@ def main(argv=None) -> int:
             f"{row['scheme']:<22}{row['lp_ms_per_row']:>11.3f}{row['scan_ms_per_row']:>13.3f}"
             f"{row['lp_over_scan']:>11.1f}{row['max_abs_difference']:>11.1e}"
         )
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"large_vocabulary": large, "lp_vs_scan": small}, handle, indent=2)
+    if args.output:
+        record.write(args.output, {"large_vocabulary": large, "lp_vs_scan": small})
     return 0
 
 

@@ -7,23 +7,22 @@ costs in ``specbound.work_limits``, upper ends on this project's 2-core CPU. For
 estimate this times the work it stands for (the run of least wall clock of ``--repeats``,
 and its process CPU time, which a machine busy with other work inflates less) and prints
 measured / estimated: at or below 1 the estimate is an upper end on this machine, above 1 a
-refusal lets through more work than its limit says. Writes every case, the settings and the
-processor (``lscpu``'s model name and flags) to ``--output``. Run it on a quiet machine.
+refusal lets through more work than its limit says. Writes every case and the settings to
+``--output`` (a ``benchmarks.record`` envelope). Run it on a quiet machine.
 
-    python benchmarks/bench_work_limits.py --output benchmarks/results/work_limits.json   # about 2 minutes
-    python benchmarks/bench_work_limits.py --quick                                       # seconds
+    python -m benchmarks.bounds.bench_work_limits --output benchmarks/results/bounds/work_limits.json   # minutes
+    python -m benchmarks.bounds.bench_work_limits --quick                                               # seconds
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
+
+from benchmarks import record
 
 from specbound.bounds.coupling import lp_seconds, optimal_coupling
 from specbound.chains.simulation import simulate_decoding, simulation_seconds
@@ -150,17 +149,6 @@ SHAPES = (LP_SHAPES, TABLE_SHAPES, THREE_DRAFT_VOCABS, RECURSION_VOCABS, CHAIN_S
           IMPROVEMENT_SHAPES, PARETO_SHAPES)
 
 
-def processor() -> dict:
-    """``lscpu``'s model name and flags (empty where there is no lscpu): the math layers' timings
-    need nothing of the engine, so this reads them itself."""
-    try:
-        fields = dict(line.split(":", 1) for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines() if ":" in line)
-    except (OSError, subprocess.CalledProcessError):
-        fields = {}
-    return {"cpu_model": fields.get("Model name", "").strip(), "cpu_flags": fields.get("Flags", "").strip()}
-
-
 def least_seconds(work, repeats: int) -> tuple[float, float]:
     """(wall, CPU) seconds of the run of least wall clock."""
     best = (float("inf"), float("inf"))
@@ -176,7 +164,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one small shape per case (seconds)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per case; the least time is kept (3)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, help="JSON record to write")
+    record.add_output(parser, None)
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -193,8 +181,7 @@ def main() -> None:
     print(f"largest measured / estimated: {max(row['ratio'] for row in rows):.2f} (wall), "
           f"{max(row['cpu_ratio'] for row in rows):.2f} (CPU)")
     if args.output:
-        args.output.write_text(json.dumps({"rows": rows, "settings": {**vars(args), "output": str(args.output)},
-                                           **processor()}, indent=1))
+        record.write(args.output, {"rows": rows, "settings": vars(args)})
 
 
 if __name__ == "__main__":

@@ -9,17 +9,17 @@ Runs, interleaved prompt by prompt so that load drift hits every method alike:
   measured fastest for its rows), ``auto`` (the planner, learning across the prompts as a
   server would), and a prompt-lookup chain (with --lookup).
 Prints tokens/s per method and its ratio to hf generate, to the better hf assisted run and
-to our autoregressive, with tokens per target call; writes one JSONL line per (prompt,
-method) to --output as soon as it finishes, with the processor (lscpu's model name and
-flags) and the settings; rerunning with the same --output skips what is there.
+to our autoregressive, with tokens per target call; writes one JSON line per (prompt,
+method) with the settings to --output as soon as it finishes, after the run's envelope
+(``benchmarks.record``); rerunning with the same --output skips what is there and prints the
+table of all it holds.
 
-    python benchmarks/bench_engine.py --prompts humaneval --limit 8 --max-new-tokens 128 --threads 2
+    python -m benchmarks.engine.bench_engine --prompts humaneval --limit 8 --max-new-tokens 128 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
 from specbound.engine.assembly import assemble
@@ -91,7 +91,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--output", default="benchmarks/results/bench_engine.jsonl")
+    record.add_output(parser, "engine/bench_engine.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -136,44 +136,35 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts, limit=args.limit)
     encoded = [pair.encode(prompt.text) for prompt in prompts]
-    machine = lscpu()
-    settings = {"device": args.device, "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-                "threads": args.threads, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-                "prompts": args.prompts, "target_precision": args.target_precision, "cpu_model": machine["model"],
-                "cpu_flags": machine["flags"], "torch": torch.__version__}
-    output = Path(args.output)
-    run_interleaved(prompts, encoded, runners, output, settings, args.seed, args.max_new_tokens,
+    settings = {"device": args.device, "threads": args.threads, "temperature": args.temperature,
+                "max_new_tokens": args.max_new_tokens, "prompts": args.prompts, "target_precision": args.target_precision}
+    run_interleaved(prompts, encoded, runners, args.output, settings, args.seed, args.max_new_tokens,
                     extra=lambda label: {"plan": planner.describe()} if label == "ours auto" else {})
-    report(output, list(runners))
+    report(args.output, list(runners))
     return 0
 
 
 def run_interleaved(prompts, encoded, runners: dict, output: Path, settings: dict, seed: int, max_new_tokens: int,
                     extra=lambda label: {}) -> None:
     """Every runner on every prompt, prompt by prompt (so that load drift hits all alike),
-    each (prompt, runner) appended to ``output`` as one JSON line as soon as it finishes with
+    each (prompt, runner) appended to the record ``output`` as one line as soon as it finishes with
     ``settings`` and ``extra(label)``; what ``output`` already holds is skipped. Each runner
     is first warmed up on a short prompt, not recorded — but a planner (a label with "auto"),
     whose warm-up is its own learning."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
-    if output.exists():
-        done = {(record["prompt_id"], record["method"]) for record in map(json.loads, output.open())}
+    done = {(result["prompt_id"], result["method"]) for result in record.results(output)}
+    lines = record.Lines(output)
     for label, runner in runners.items():
         if "auto" not in label:
             runner(encoded[0][:32], seed, 3)
     jobs = [(index, label) for index in range(len(prompts)) for label in runners]
-    with output.open("a") as results:
-        for index, label in tqdm(jobs, desc="bench", file=sys.stderr):
-            if (prompts[index].id, label) in done:
-                continue
-            started = time.perf_counter()
-            tokens, stats = runners[label](encoded[index], seed + index, max_new_tokens)
-            seconds = time.perf_counter() - started
-            record = {"prompt_id": prompts[index].id, "method": label, "prompt_tokens": len(encoded[index]),
-                      "new_tokens": len(tokens), "seconds": seconds, "stats": stats, **settings, **extra(label)}
-            results.write(json.dumps(record) + "\n")
-            results.flush()
+    for index, label in tqdm(jobs, desc="bench", file=sys.stderr):
+        if (prompts[index].id, label) in done:
+            continue
+        started = time.perf_counter()
+        tokens, stats = runners[label](encoded[index], seed + index, max_new_tokens)
+        seconds = time.perf_counter() - started
+        lines.append({"prompt_id": prompts[index].id, "method": label, "prompt_tokens": len(encoded[index]),
+                      "new_tokens": len(tokens), "seconds": seconds, "stats": stats, **settings, **extra(label)})
 
 
 def report(path: Path, labels: list[str]) -> None:
@@ -181,15 +172,15 @@ def report(path: Path, labels: list[str]) -> None:
     the decoding time (prefill excluded) spent outside the models' forwards."""
     tokens, seconds, calls = defaultdict(int), defaultdict(float), defaultdict(int)
     decoding, outside = defaultdict(float), defaultdict(float)
-    for record in map(json.loads, path.open()):
-        tokens[record["method"]] += record["new_tokens"]
-        seconds[record["method"]] += record["seconds"]
-        stats = record["stats"] or {}
-        calls[record["method"]] += stats.get("target_calls", 0)
+    for result in record.results(path):
+        tokens[result["method"]] += result["new_tokens"]
+        seconds[result["method"]] += result["seconds"]
+        stats = result["stats"] or {}
+        calls[result["method"]] += stats.get("target_calls", 0)
         if "model_seconds" in stats:
             spent = stats["wall_seconds"] - stats["seconds"]["prefill"]
-            decoding[record["method"]] += spent
-            outside[record["method"]] += spent - stats["model_seconds"]
+            decoding[result["method"]] += spent
+            outside[result["method"]] += spent - stats["model_seconds"]
     speed = {label: tokens[label] / seconds[label] for label in labels if seconds[label]}
     assisted = max(speed.get("hf assisted", 0.0), speed.get("hf assisted-4", 0.0))
     base_hf, base_ours = speed.get("hf generate"), speed.get("ours autoregressive")

@@ -1,28 +1,26 @@
 """Our plain decoding against transformers' ``generate`` on one prompt, in alternating rounds.
 
-The end-to-end benchmark (``bench_engine.py``) compares whole prompts, and on a shared
+The end-to-end benchmark (``bench_engine``) compares whole prompts, and on a shared
 2-core machine one prompt's ratio moves by ±10% with the load. This one isolates the plain
 decoding loop: the same prompt, the same number of tokens (``min_new_tokens`` for
 transformers, no EOS stop for ours), sampling at T, rounds alternating which goes first, and
 reports each round's ratio ours / transformers, their median and mean, and the share of our
-decoding time spent outside the model. Writes the rounds, settings and the processor
-(``lscpu``'s model name and flags) to ``--output``.
+decoding time spent outside the model. Writes the rounds and settings to ``--output`` (a
+``benchmarks.record`` envelope).
 
-    python benchmarks/bench_plain_step.py --rounds 8 --max-new-tokens 48
+    python -m benchmarks.engine.bench_plain_step --rounds 8 --max-new-tokens 48
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.datasets import load_prompts
 from specbound.engine import Processing, build_method
 from specbound.engine.assembly import assemble
@@ -37,7 +35,7 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", default="benchmarks/results/plain_step.json")
+    record.add_output(parser, "engine/plain_step.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     pair = load_pair("default-target", None, float32_twins=False, progress=False)
@@ -75,14 +73,10 @@ def main() -> int:
         print(f"round {index + 1}: transformers {theirs:.2f} tokens/s, ours {ours:.2f} ({ours / theirs:.3f}), "
               f"outside the model {outside:.1%}", file=sys.stderr)
     ratios = [row["ratio"] for row in rounds]
-    machine = lscpu()
     result = {"rounds": rounds, "median_ratio": statistics.median(ratios), "mean_ratio": statistics.mean(ratios),
-              "settings": vars(args), "cpu_model": machine["model"], "cpu_flags": machine["flags"],
-              "torch": torch.__version__}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{machine['model']}, {args.threads} threads: ours / transformers generate, median "
+              "settings": vars(args)}
+    record.write(args.output, result)
+    print(f"{record.machine()['cpu_model']}, {args.threads} threads: ours / transformers generate, median "
           f"{result['median_ratio']:.3f}, mean {result['mean_ratio']:.3f} over {args.rounds} rounds")
     return 0
 

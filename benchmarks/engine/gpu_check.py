@@ -4,7 +4,7 @@ A forward's cost depends on the model's shapes, its dtype and the machine, not o
 weights. So this builds Qwen2.5-Coder-1.5B- and 0.5B-shaped Qwen2 models (the default
 pair's shapes, as their GGUF files give them) from their configurations with random weights,
 in bf16 on ``--device``; measures each one's forward cost by rows with the engine's own probe
-(``specbound.engine.costs.measure_costs``: k new tree rows below a 200-token context, the
+(``specbound.engine.cost_probe.measure_costs``: k new tree rows below a 200-token context, the
 minimum over repeats) at every row count a method scores — the target's 1 + nodes of each
 method's tree, the draft's rows of each drafted level, at the methods' defaults and the
 planner's candidates; then hands the costs to the planner (``specbound.engine.planner``,
@@ -14,15 +14,15 @@ plain decoding's and the chosen plan's predicted tokens/s.
 
 It needs torch and transformers only (with numpy and scipy), from the source tree, no model
 file and nothing fetched: ``benchmarks/gpu_check.sh OUT_FOLDER`` runs it so. Writes
-``forward_rows_<device>.jsonl`` (``bench_forward_rows.py``'s format, which
-``plan_on_recorded_costs.py --records`` reads) and ``gpu_check.json`` to ``--output``.
+``forward_rows_<device>.jsonl`` (``bench_forward_rows``' format, which
+``plan_on_recorded_costs --records`` reads) and ``gpu_check.json`` (a ``benchmarks.record``
+envelope) to the folder ``--output``.
 ``--shapes tiny`` builds two small models instead (the test suite runs it on CPU).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -30,13 +30,14 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from benchmarks import record
 from benchmarks.engine.plan_on_recorded_costs import plan
-from specbound.engine.costs import ROWS, cpu_description, measure_costs
+from specbound.engine.cost_probe import measure_costs
+from specbound.engine.costs import ROWS
 from specbound.engine.methods import METHODS, Levels
 from specbound.engine.planner import default_candidates
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ACCEPTANCE_RECORD = RESULTS / "bench_engine_humaneval_8x128_run6.jsonl"
+ACCEPTANCE_RECORD = record.RESULTS / "engine" / "humaneval_8x128.jsonl"
 ACCEPTANCE_METHOD = "ours chain γ=6"
 
 # (layers, hidden, intermediate, attention heads, key-value heads), vocabulary 151,936: the
@@ -81,22 +82,14 @@ def recorded_acceptance(path: Path, method: str) -> float:
     ``method``'s records: from the accepted-length histograms, the drafts accepted over the
     drafts verified."""
     histogram = None
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        if record["method"] == method:
-            counts = record["stats"]["accepted_length_histogram"]
+    for result in record.results(path):
+        if result["method"] == method:
+            counts = result["stats"]["accepted_length_histogram"]
             histogram = counts if histogram is None else [a + b for a, b in zip(histogram, counts)]
     if histogram is None:
         raise ValueError(f"--acceptance-record: {path} has no record of {method!r}")
     reached = [sum(histogram[depth:]) for depth in range(len(histogram))]  # steps that reach each depth
     return sum(reached[1:]) / sum(reached[:-1])
-
-
-def machine(device: str) -> dict:
-    gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else None
-    cpu = cpu_description()
-    return {"gpu": gpu, "lscpu": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "when": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def main() -> None:
@@ -114,30 +107,30 @@ def main() -> None:
         raise SystemExit(f"gpu_check: torch {torch.__version__} sees no CUDA device (--device cpu runs on the CPU)")
     acceptance = recorded_acceptance(args.acceptance_record, ACCEPTANCE_METHOD)
     rows = methods_rows()
-    where = machine(args.device)
-    print(f"{where['gpu'] or where['lscpu']['model']} | torch {torch.__version__} | shapes {args.shapes} | "
+    machine = record.machine()
+    print(f"{machine.get('gpu') or machine['cpu_model']} | torch {torch.__version__} | shapes {args.shapes} | "
           f"rows {rows}")
-    args.output.mkdir(parents=True, exist_ok=True)
     costs = {"target": {}, "draft": {}}
-    with (args.output / f"forward_rows_{args.device.split(':')[0]}.jsonl").open("w") as records:
-        for name, shape in SHAPES[args.shapes].items():
-            started = time.perf_counter()
-            model = random_model(shape, VOCAB[args.shapes], args.device)
-            measured = measure_costs(model, rows=rows, repeats=args.repeats)
-            costs["target" if "target" in name else "draft"]["bf16"] = measured
-            records.write(json.dumps({"model": name, "precision": "bf16", "rows_seconds": measured.to_json(),
-                                      "shapes": args.shapes, "weights": "random", **where}) + "\n")
-            cells = "  ".join(f"{count}: {seconds * 1000:.2f}" for count, seconds in measured.seconds.items())
-            print(f"{name:15s} ms by rows  {cells}   ({time.perf_counter() - started:.0f} s)")
-            del model
+    path = args.output / f"forward_rows_{args.device.split(':')[0]}.jsonl"
+    path.unlink(missing_ok=True)
+    records = record.Lines(path)
+    for name, shape in SHAPES[args.shapes].items():
+        started = time.perf_counter()
+        model = random_model(shape, VOCAB[args.shapes], args.device)
+        measured = measure_costs(model, rows=rows, repeats=args.repeats)
+        costs["target" if "target" in name else "draft"]["bf16"] = measured
+        records.append({"model": name, "precision": "bf16", "rows_seconds": measured.to_json(), "shapes": args.shapes,
+                        "weights": "random", "device": args.device, "threads": torch.get_num_threads()})
+        cells = "  ".join(f"{count}: {seconds * 1000:.2f}" for count, seconds in measured.seconds.items())
+        print(f"{name:15s} ms by rows  {cells}   ({time.perf_counter() - started:.0f} s)")
+        del model
     plain, label, predicted = plan(costs, acceptance, ("bf16",))
     print(f"single-draft acceptance {acceptance:.3f} ({ACCEPTANCE_METHOD}, {args.acceptance_record.name})")
     print(f"planned: plain decoding {plain:.1f} tokens/s predicted; auto plans {label} at {predicted:.1f} "
           f"({predicted / plain:.2f}× plain)")
     summary = {"acceptance": acceptance, "acceptance_record": args.acceptance_record.name, "plain": plain,
-               "plan": label, "predicted": predicted, "rows": rows, "settings": {**vars(args), "output": None,
-               "acceptance_record": str(args.acceptance_record)}, **where}
-    (args.output / "gpu_check.json").write_text(json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+               "plan": label, "predicted": predicted, "rows": rows, "settings": vars(args)}
+    record.write(args.output / "gpu_check.json", summary)
 
 
 if __name__ == "__main__":

@@ -11,23 +11,21 @@ set with the default target:
   ``prefill_rows({0: prompt})``: the whole prompt decoded, as before the batch shared);
 - ``prefill_rows``: the batch at once, as the decoder now admits it.
 
-Writes a JSON record with the seconds of each repeat, the prompt and decoded token counts,
-lscpu's model and flags and llama-cpp-python's version.
+Writes a record (``benchmarks.record``) with the seconds of each repeat and the prompt and
+decoded token counts.
 
-    python benchmarks/bench_batch_prefill.py --dataset mmlu --limit 32 --out results/batch_prefill.json
+    python -m benchmarks.llamacpp.bench_batch_prefill --dataset mmlu --limit 32
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.datasets import load_prompts
-from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
-from specbound.models.pair import load_llamacpp_pair
+from specbound.engine.backends.llamacpp import LlamaCppLM
+from specbound.models.pair import load_pair
 
 
 def main() -> None:
@@ -36,10 +34,10 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=32, help="prompts: the batch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, help="write the record as JSON here")
+    record.add_output(parser, "llamacpp/batch_prefill.json")
     args = parser.parse_args()
 
-    pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=args.threads)
+    pair = load_pair("default-target", "default-draft", progress=False, backend="llama.cpp", threads=args.threads)
     prompts = [pair.encode(prompt.text)[:-1] for prompt in load_prompts(args.dataset, limit=args.limit)]
     lm = LlamaCppLM(pair.target)
     cells = sum(len(prompt) for prompt in prompts) + len(prompts)
@@ -69,11 +67,9 @@ def main() -> None:
           f"prefill_rows): best alone {min(seconds['alone']):.2f} s, prefill_rows {min(seconds['prefill_rows']):.2f} s "
           f"({ratio:.2f}x); per prompt {min(seconds['alone']) / len(prompts):.3f} -> "
           f"{min(seconds['prefill_rows']) / len(prompts):.3f} s")
-    if args.out:
-        record = {"dataset": args.dataset, "prompts": len(prompts), "prompt_tokens": tokens,
-                  "decoded_by_prefill_rows": decoded, "seconds": seconds, "ratio_of_best": ratio,
-                  "threads": pair.target.threads, "llama_cpp_python": llama_cpp_version(), "lscpu": lscpu()}
-        args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    record.write(args.output, {"dataset": args.dataset, "prompts": len(prompts), "prompt_tokens": tokens,
+                               "decoded_by_prefill_rows": decoded, "seconds": seconds, "ratio_of_best": ratio,
+                               "threads": pair.target.threads})
 
 
 if __name__ == "__main__":

@@ -11,18 +11,17 @@ decoder stopping at the pair's EOS ids or ``--max-new-tokens``:
   prompts as a server would) and a prompt-lookup chain;
 - with ``--torch``: ours autoregressive and ``auto`` on the torch backend (bf16), for
   reference.
-Tokens/s is end to end (prefill included), summed over the prompts. One JSONL line per
-(prompt, decoder) goes to --output as soon as it finishes, with lscpu's model and flags,
-threads and versions; rerunning with the same --output skips what is there; the table
+Tokens/s is end to end (prefill included), summed over the prompts. One JSON line per
+(prompt, decoder) goes to --output as soon as it finishes, after the run's envelope
+(``benchmarks.record``); rerunning with the same --output skips what is there; the table
 printed at the end (``report``) reads the whole file.
 
-    python benchmarks/bench_llamacpp.py --prompts humaneval --limit 8 --max-new-tokens 128 --threads 2
+    python -m benchmarks.llamacpp.bench_llamacpp --prompts humaneval --limit 8 --max-new-tokens 128 --threads 2
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,12 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench_engine import run_interleaved
-from bench_forward_rows import lscpu
+from benchmarks import record
+from benchmarks.engine.bench_engine import run_interleaved
 from specbound.datasets import load_prompts
 from specbound.engine import Decoder, Processing, PromptLookupDrafter, build_method
 from specbound.engine.assembly import assemble
-from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
+from specbound.engine.backends.llamacpp import LlamaCppLM
 from specbound.engine.planner import Planner
 from specbound.models.loading import gguf_file
 from specbound.models.pair import load_pair
@@ -99,7 +98,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every decoder")
     parser.add_argument("--torch", action="store_true", help="add ours on the torch backend (bf16) for reference")
     parser.add_argument("--only", default=None, help="comma-separated decoder labels to run (default all)")
-    parser.add_argument("--output", default="benchmarks/results/bench_llamacpp.jsonl")
+    record.add_output(parser, "llamacpp/bench_llamacpp.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from llama_cpp import Llama
@@ -141,13 +140,10 @@ def main() -> int:
 
     prompts = load_prompts(args.prompts, limit=args.limit)
     encoded = [pair.encode(prompt.text) for prompt in prompts]
-    machine = lscpu()
     settings = {"threads": args.threads, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-                "prompts": args.prompts, "cpu_model": machine["model"], "cpu_flags": machine["flags"],
-                "llama_cpp_python": llama_cpp_version(), "torch": torch.__version__}
-    output = Path(args.output)
-    run_interleaved(prompts, encoded, runners, output, settings, args.seed, args.max_new_tokens)
-    report(output)
+                "prompts": args.prompts}
+    run_interleaved(prompts, encoded, runners, args.output, settings, args.seed, args.max_new_tokens)
+    report(args.output)
     return 0
 
 
@@ -155,13 +151,13 @@ def report(path: Path) -> None:
     """Tokens/s per decoder over the prompts, its ratio to llama.cpp's plain loop and to its
     best own speculative mode, and tokens per target call for ours."""
     tokens, seconds, calls, labels = defaultdict(int), defaultdict(float), defaultdict(int), []
-    for record in map(json.loads, path.open()):
-        label = record["method"]
+    for result in record.results(path):
+        label = result["method"]
         if label not in labels:
             labels.append(label)
-        tokens[label] += record["new_tokens"]
-        seconds[label] += record["seconds"]
-        calls[label] += (record["stats"] or {}).get("target_calls", 0)
+        tokens[label] += result["new_tokens"]
+        seconds[label] += result["seconds"]
+        calls[label] += (result["stats"] or {}).get("target_calls", 0)
     speed = {label: tokens[label] / seconds[label] for label in labels if seconds[label]}
     plain = speed.get("llama.cpp plain")
     best_own = max([speed[label] for label in ("llama.cpp draft-4", "llama.cpp lookup") if label in speed] or [0.0])

@@ -5,10 +5,10 @@ For prompts of a built-in set, the prompt but its last 16 tokens is prefilled; t
 row of the next token is scored alone (one entry) and inside forwards of k entries (the
 next k tokens as a chain, the row read is the first): the total variation between the two
 next-token laws at temperature T, max and mean over prompts, per k. Also the engine's cost
-of one forward of k tree rows after a 200-token context (``engine.costs.measure_costs``:
-the cost book's measurement). Writes one JSON record with lscpu's model and flags.
+of one forward of k tree rows after a 200-token context (``engine.cost_probe.measure_costs``:
+the cost book's measurement). Writes one record (``benchmarks.record``).
 
-    python benchmarks/bench_llamacpp_invariance.py --prompts humaneval --limit 8 --threads 2
+    python -m benchmarks.llamacpp.bench_llamacpp_invariance --prompts humaneval --limit 8 --threads 2
 """
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
 from specbound.engine.backends import Entries
-from specbound.engine.backends.llamacpp import LlamaCppLM, llama_cpp_version
-from specbound.engine.costs import measure_costs
+from specbound.engine.backends.llamacpp import LlamaCppLM
+from specbound.engine.cost_probe import measure_costs
 from specbound.models.pair import load_pair
 
 ROWS = (2, 4, 8, 16)
@@ -39,7 +38,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", default="benchmarks/results/llamacpp_invariance.json")
+    record.add_output(parser, "llamacpp/invariance.json")
     args = parser.parse_args()
     pair = load_pair(args.target, args.draft, backend="llama.cpp", progress=False, threads=args.threads)
     processing = Processing(args.temperature, vocab_size=pair.vocab_size)
@@ -59,18 +58,15 @@ def main() -> int:
         for rows in ROWS:
             distances[rows].append(float(0.5 * (first_row(rows) - alone).abs().sum()))
     costs = {model: measure_costs(getattr(pair, model)).seconds for model in ("target", "draft")}
-    machine = lscpu()
-    record = {
+    result = {
         "what": "TV(row alone, same row first of a k-row forward) and one forward's seconds by rows, llama.cpp",
         "prompts": args.prompts, "limit": args.limit, "temperature": args.temperature, "threads": args.threads,
         "tv_max": {rows: max(values) for rows, values in distances.items()},
         "tv_mean": {rows: sum(values) / len(values) for rows, values in distances.items()},
         "forward_seconds": costs, "target": pair.description["target_file"], "draft": pair.description["draft_file"],
-        "cpu_model": machine["model"], "cpu_flags": machine["flags"], "llama_cpp_python": llama_cpp_version(),
     }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(record, indent=1))
-    print(json.dumps({key: record[key] for key in ("tv_max", "tv_mean", "forward_seconds")}, indent=1))
+    record.write(args.output, result)
+    print(json.dumps({key: result[key] for key in ("tv_max", "tv_mean", "forward_seconds")}, indent=1))
     return 0
 
 

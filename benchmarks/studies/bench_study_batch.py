@@ -1,4 +1,4 @@
-"""A study one unit at a time against the same study in batches (issue #13), side by side.
+"""A study one unit at a time against the same study in batches, side by side.
 
 Runs the acceptance study (``specbound study acceptance``: autoregressive generation, then
 one scoring forward per model and the exact acceptances) on the same prompts and seeds
@@ -13,16 +13,15 @@ after the other, so that load drift hits them alike. Reports per batch size
 - whether the records equal those of the one-at-a-time run, unit for unit (tokens and
   every acceptance): a batch must not change what a unit records.
 
-Writes the table, the settings and the processor (``lscpu``'s model name and flags) to
-``--output`` (JSON) and prints the table in Markdown.
+Writes the table and the settings to ``--output`` (a ``benchmarks.record`` envelope) and
+prints the table in Markdown.
 
-    python benchmarks/bench_study_batch.py --limit 16 --round 8 --batch-sizes 8 --max-new-tokens 64
+    python -m benchmarks.studies.bench_study_batch --limit 16 --round 8 --batch-sizes 8 --max-new-tokens 64
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.datasets import load_prompts
 from specbound.models.pair import load_pair
 from specbound.studies.acceptance import AcceptanceStudy
@@ -67,7 +66,7 @@ def main() -> int:
     parser.add_argument("--num-drafts", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="benchmarks/results/study_batch.json")
+    record.add_output(parser, "studies/study_batch.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [1] + [int(size) for size in args.batch_sizes.split(",") if int(size) != 1]
@@ -102,13 +101,8 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     base = rows[0]
-    machine = lscpu()
-    result = {"rows": rows, "settings": vars(args), "cpu_model": machine["model"], "cpu_flags": machine["flags"],
-              "torch": torch.__version__}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{machine['model']}; {args.limit} {args.dataset} prompts × {args.max_new_tokens} tokens, "
+    record.write(args.output, {"rows": rows, "settings": vars(args)})
+    print(f"{record.machine()['cpu_model']}; {args.limit} {args.dataset} prompts × {args.max_new_tokens} tokens, "
           f"T = {args.temperature}, {args.threads} threads")
     print("| batch | generation tokens/s | × batch 1 | study units/hour | × batch 1 | records = batch 1 |")
     print("|---|---|---|---|---|---|")

@@ -15,20 +15,18 @@ them can make a unit cheaper than they are. Measured here, each the minimum over
   on worker processes) with generation on a 2-core machine (it can only where one thread
   does more than half the work of two).
 
-Writes JSON with the processor (``lscpu``'s model and flags) and the llama.cpp build: its
-library, its extra buffer types and whether they were used (``engine.backends.llamacpp_amx``).
+Writes a record (``benchmarks.record``) with the llama.cpp build: its library, its extra
+buffer types and whether they were used (``engine.backends.llamacpp_amx``).
 
-    python benchmarks/bench_study_forwards.py --out results/study_hu2025/forwards_avx2.json
+    python -m benchmarks.studies.bench_study_forwards --output benchmarks/results/studies/forwards_avx2.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.engine.backends import llamacpp
 from specbound.engine.backends.llamacpp_amx import cpu_extra_buffer_types, use_extra_buffers
 from specbound.models.loading import gguf_file
@@ -96,10 +94,10 @@ def step_seconds(model, rows: int, unified: bool) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
+    record.add_output(parser, "studies/forwards.json")
     args = parser.parse_args()
-    result = {"cpu": lscpu(), "cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL,
-              "llama_cpp": {"version": llamacpp.llama_cpp_version(), "library": llamacpp._llama().__file__,
+    result = {"cached_tokens_per_row": CACHED, "prefill_tokens": PREFILL,
+              "llama_cpp": {"library": llamacpp._llama().__file__,
                             "extra_buffer_types": cpu_extra_buffer_types(), "extra_buffers": use_extra_buffers()},
               "models": {}}
     for name in ("default-target", "default-draft"):
@@ -119,7 +117,7 @@ def main() -> None:
         print(name, "rows16 unified, 1 thread", round(figures["step_seconds_rows16_unified_threads1"], 4), flush=True)
         result["models"][name] = figures
         del models
-    args.out.write_text(json.dumps(result, indent=1))
+    record.write(args.output, result)
 
 
 if __name__ == "__main__":

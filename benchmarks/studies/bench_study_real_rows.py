@@ -5,48 +5,48 @@ draft rows of one draft forward over the text, exactly as a study unit gets them
 (``bench_study_scoring.step_seconds``: the tail cut for all n, then every method at each n).
 
 llama.cpp's rows are float32 softmaxes with almost every value distinct (about 148,000 of
-151,936 per row), unlike the bf16-rounded rows ``bench_study_scoring.py --rows bf16`` stands
+151,936 per row), unlike the bf16-rounded rows ``bench_study_scoring --rows bf16`` stands
 for, so the steps cost differently here; this measures the study as it runs on the default
 backend. Needs the embedded pair (``pip install -e ".[models]"``), except with ``--rows``:
 ``--save-rows FILE.npz`` keeps the generated rows, ``--rows FILE.npz`` times the steps on kept
 rows without loading a model (the same rows before and after a change).
 
-    python benchmarks/bench_study_real_rows.py --dataset mt_bench --positions 6 --out FILE.json
-    python benchmarks/bench_study_real_rows.py --positions 16 --save-rows /tmp/rows.npz
-    python benchmarks/bench_study_real_rows.py --rows /tmp/rows.npz --out FILE.json
-    python benchmarks/bench_study_real_rows.py --rows /tmp/rows.npz --workers 2 --repeats 3
+    python -m benchmarks.studies.bench_study_real_rows --dataset mt_bench --positions 6 --output FILE.json
+    python -m benchmarks.studies.bench_study_real_rows --positions 16 --save-rows /tmp/rows.npz
+    python -m benchmarks.studies.bench_study_real_rows --rows /tmp/rows.npz --output FILE.json
+    python -m benchmarks.studies.bench_study_real_rows --rows /tmp/rows.npz --workers 2 --repeats 3
 
 ``--workers N`` times the unit's exact part as a study runs it instead (``AcceptanceStudy.exact``:
 N worker processes, each position a task), the best of ``--repeats`` runs after one untimed
-run that starts the workers, and gives it per 128-token unit: issue 21's ≤ 3 s figure.
+run that starts the workers, and gives it per 128-token unit. A record (``benchmarks.record``)
+goes to ``--output`` where one is named.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench_forward_rows import lscpu
-from bench_study_scoring import step_seconds
+from benchmarks import record
+from benchmarks.studies.bench_study_scoring import step_seconds
 from specbound.datasets import load_prompts
 from specbound.engine import Processing
 from specbound.engine.methods import build_method
-from specbound.models.pair import load_llamacpp_pair
+from specbound.models.pair import load_pair
 from specbound.studies import traces
 from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, AcceptanceStudy, acceptance_methods
 
-UNIT_TOKENS = 128  # Hu et al.'s tokens per prompt: issue 21's unit
+UNIT_TOKENS = 128  # Hu et al.'s tokens per prompt: a study unit
 
 
 def generated_rows(dataset: str, positions: int, threads: int | None, seed: int, prompt_index: int = 0):
     """(target rows, draft rows) [positions, vocab] of one autoregressive generation of the
     default pair on prompt ``prompt_index`` (0: the first) of ``dataset``, as a study unit gets them."""
-    pair = load_llamacpp_pair("default-target", "default-draft", progress=False, threads=threads)
+    pair = load_pair("default-target", "default-draft", progress=False, backend="llama.cpp", threads=threads)
     processing = Processing(temperature=0.7, vocab_size=pair.vocab_size)
     prompt = pair.encode(load_prompts(dataset, limit=prompt_index + 1)[prompt_index].text)
     request = traces.TraceRequest(processing, build_method("autoregressive"), positions)
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompt-index", type=int, default=0, help="which prompt of --dataset (0: the first)")
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    record.add_output(parser, None, "write the figures here")
     parser.add_argument("--save-rows", type=Path, help="keep the generated target and draft rows here (.npz)")
     parser.add_argument("--rows", type=Path, help="time the steps on rows kept by --save-rows; loads no model")
     parser.add_argument("--workers", type=int,
@@ -93,17 +93,15 @@ def main() -> None:
     # the first position once untimed: loads (or compiles) the compiled kernels, as each study worker does once
     step_seconds(target_rows[:1], draft_rows[:1], args.num_drafts, list(acceptance_methods()), DEFAULT_TAIL_BUDGET)
     seconds = step_seconds(target_rows, draft_rows, args.num_drafts, list(acceptance_methods()), DEFAULT_TAIL_BUDGET)
-    machine = lscpu()
-    print(f"{machine['model']}; {len(target_rows)} positions of {args.dataset}; distinct values per target row "
+    print(f"{record.machine()['cpu_model']}; {len(target_rows)} positions of {args.dataset}; distinct values per target row "
           f"{min(distinct)}–{max(distinct)}")
     for step, wall in sorted(seconds.items(), key=lambda item: -item[1]):
         print(f"{wall:9.2f} s  {step}")
     total = sum(seconds.values())
     print(f"{total:9.2f} s  all steps ({total / len(target_rows):.2f} s per position, one worker)")
-    if args.out:
-        args.out.write_text(json.dumps({"dataset": args.dataset, "rows": str(args.rows) if args.rows else None, "positions": len(target_rows), "seed": args.seed,
-                                        "distinct_values_per_target_row": distinct, "seconds": seconds,
-                                        "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
+    if args.output:
+        record.write(args.output, {"dataset": args.dataset, "rows": args.rows, "positions": len(target_rows),
+                                   "seed": args.seed, "distinct_values_per_target_row": distinct, "seconds": seconds})
 
 
 def unit_on_workers(target_rows, draft_rows, args) -> None:
@@ -118,15 +116,13 @@ def unit_on_workers(target_rows, draft_rows, args) -> None:
         started = time.perf_counter()
         study.exact(target_rows, draft_rows)
         walls.append(time.perf_counter() - started)
-    machine, positions = lscpu(), len(target_rows)
+    positions = len(target_rows)
     per_unit = min(walls) / positions * UNIT_TOKENS
-    print(f"{machine['model']}; {positions} positions of {args.dataset}, {args.workers} workers: "
+    print(f"{record.machine()['cpu_model']}; {positions} positions of {args.dataset}, {args.workers} workers: "
           f"{' / '.join(f'{wall:.2f}' for wall in walls)} s; best {per_unit:.2f} s per {UNIT_TOKENS}-token unit")
-    if args.out:
-        args.out.write_text(json.dumps({"dataset": args.dataset, "rows": str(args.rows) if args.rows else None,
-                                        "positions": positions, "seed": args.seed, "workers": args.workers,
-                                        "walls": walls, "seconds_per_128_token_unit": per_unit,
-                                        "cpu": machine["model"], "cpu_flags": machine["flags"]}, indent=1))
+    if args.output:
+        record.write(args.output, {"dataset": args.dataset, "rows": args.rows, "positions": positions, "seed": args.seed,
+                                   "workers": args.workers, "walls": walls, "seconds_per_128_token_unit": per_unit})
 
 
 if __name__ == "__main__":

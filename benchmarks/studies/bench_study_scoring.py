@@ -8,26 +8,26 @@ cut is a few thousand tokens, median), the draft's logits the target's plus nois
 either rounded to bfloat16 before a float32 softmax at T = 0.7 (``--rows bf16``, few
 distinct values, as the engine's rows) or a float64 softmax (``--rows float64``, all
 values distinct: the hard case for RRS without replacement at n = 3). Prints the unit's
-seconds, then each step's alone (the cut, each (method, n)); ``--out`` writes them as JSON.
+seconds, then each step's alone (the cut, each (method, n)); ``--output`` writes them as a
+record (``benchmarks.record``).
 
 ``scoring`` (needs the embedded default pair): scoring one 128-token continuation with one
 forward of each model in float32 (``traces.SCORING_DTYPE``) against bfloat16.
 
 Wall and process CPU time are both printed: on a shared machine the wall time includes
-waiting for a core. Run: ``python benchmarks/bench_study_scoring.py [exact|scoring] ...``.
+waiting for a core. Run: ``python -m benchmarks.studies.bench_study_scoring [exact|scoring] ...``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import time
 import warnings
 
 import numpy as np
 import torch
 
+from benchmarks import record
 from specbound.engine import Processing
 from specbound.bounds.tail import cut_tail, cut_tails
 from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET, AcceptanceStudy, acceptance_methods, exact_acceptances
@@ -99,16 +99,13 @@ def bench_exact(args) -> None:
     per_unit = wall * NEW_TOKENS / args.positions
     print(f"unit exact part: {wall:.2f} s wall, {cpu:.2f} s CPU for {args.positions} positions "
           f"= {per_unit:.2f} s per {NEW_TOKENS}-token unit; warnings: {len(caught)}")
-    if args.out:
-        record = {
+    if args.output:
+        record.write(args.output, {
             "rows": args.rows, "positions": args.positions, "seed": args.seed, "num_drafts": args.num_drafts,
             "tail_budget": args.tail_budget, "vocab_size": VOCAB_SIZE, "median_kept_n3": int(np.median(kept)),
             "wall_seconds": wall, "cpu_seconds": cpu, "seconds_per_128_token_unit": per_unit,
             "steps": seconds, "warnings": [str(warning.message) for warning in caught],
-            "python": platform.python_version(), "numpy": np.__version__,
-        }
-        with open(args.out, "w", encoding="utf-8") as file:
-            json.dump(record, file, indent=1)
+        })
 
 
 def bench_scoring(args) -> None:
@@ -141,7 +138,7 @@ def main() -> None:
     parser.add_argument("--num-drafts", type=lambda text: [int(x) for x in text.split(",")], default=[2, 3, 4, 6])
     parser.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="write the exact part's figures as JSON here")
+    record.add_output(parser, None, "write the exact part's figures here")
     args = parser.parse_args()
     (bench_exact if args.part == "exact" else bench_scoring)(args)
 

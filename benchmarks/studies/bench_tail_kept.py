@@ -1,13 +1,13 @@
 """How many tokens the acceptance study's tail cut keeps (``specbound.bounds.tail.cut_tails``)
 on real rows, per number of drafts n: the size every exact computation of a position works
 on. Not a timing: the same rows give the same counts on any machine (the rows themselves
-come from the machine's llama.cpp kernels, so lscpu is recorded with them).
+come from the machine's llama.cpp kernels, so the record's envelope keeps the machine).
 
-Rows come from ``bench_study_real_rows.py --save-rows FILE.npz`` (one generation of the
+Rows come from ``bench_study_real_rows --save-rows FILE.npz`` (one generation of the
 default pair, as a study unit gets its rows); several files pool their positions:
 
-    python benchmarks/bench_study_real_rows.py --dataset mmlu --positions 128 --prompt-index 1 --save-rows p1.npz
-    python benchmarks/bench_tail_kept.py --rows p0.npz p1.npz p2.npz p3.npz --out FILE.json
+    python -m benchmarks.studies.bench_study_real_rows --dataset mmlu --positions 128 --prompt-index 1 --save-rows p1.npz
+    python -m benchmarks.studies.bench_tail_kept --rows p0.npz p1.npz p2.npz p3.npz --output FILE.json
 
 Run it at two commits (``PYTHONPATH=<worktree>/src``) to compare two cuts on the same rows.
 """
@@ -15,12 +15,11 @@ Run it at two commits (``PYTHONPATH=<worktree>/src``) to compare two cuts on the
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.bounds.tail import cut_tails
 from specbound.studies.acceptance import DEFAULT_TAIL_BUDGET
 
@@ -42,7 +41,7 @@ def main() -> None:
                         help="files of bench_study_real_rows --save-rows")
     parser.add_argument("--num-drafts", type=lambda text: [int(x) for x in text.split(",")], default=[2, 3, 4, 6])
     parser.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET)
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    record.add_output(parser, None, "write the figures here")
     args = parser.parse_args()
     for path in args.rows:
         if not path.is_file():
@@ -54,10 +53,9 @@ def main() -> None:
     print(f"{positions} positions of {len(args.rows)} files, budget {args.tail_budget:g}; kept tokens per row:")
     for count, figures in summary.items():
         print(f"  n = {count}: mean {figures['mean']:,.0f}, {figures['min']:,}–{figures['max']:,}")
-    if args.out:
-        args.out.write_text(json.dumps({"lscpu": lscpu(), "files": [str(path) for path in args.rows],
-                                        "tail_budget": args.tail_budget, "positions": positions,
-                                        "kept": summary}, indent=1) + "\n")
+    if args.output:
+        record.write(args.output, {"files": args.rows, "tail_budget": args.tail_budget, "positions": positions,
+                                   "kept": summary})
 
 
 if __name__ == "__main__":

@@ -7,22 +7,20 @@ carry most of the mass), the draft the target to the power 0.8 times log-normal 
 verification (``verify_with_uniforms`` on one row, checks included) of global_resolution, rrs
 and kseq and one ``np.argsort`` of the row are timed in turn, ``--repeats`` rounds
 interleaved, and each one's median is divided by the argsort's. Writes the medians, the
-ratios, the settings and the processor (``lscpu``'s model name and flags) to ``--output``.
+ratios and the settings to ``--output`` (a ``benchmarks.record`` envelope).
 
-    python benchmarks/bench_global_resolution.py --repeats 15
+    python -m benchmarks.verifiers.bench_global_resolution --repeats 15
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.verifiers import get_verifier
 
 VOCAB = 151_936
@@ -67,7 +65,7 @@ def main() -> None:
     parser.add_argument("--num-drafts", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=Path(__file__).parent / "results" / "global_resolution.json")
+    record.add_output(parser, "verifiers/global_resolution_cost.json")
     arguments = parser.parse_args()
     rng = np.random.default_rng(arguments.seed)
     results = [measure(n, arguments.repeats, rng) for n in arguments.num_drafts]
@@ -75,9 +73,8 @@ def main() -> None:
         ratios = "  ".join(f"{name} {ratio:5.2f}×" for name, ratio in result["per_argsort"].items())
         print(f"n = {result['num_drafts']}: argsort {1e3 * result['median_seconds']['argsort']:.1f} ms; "
               f"per argsort: {ratios}")
-    record = {"vocab": VOCAB, "repeats": arguments.repeats, "seed": arguments.seed, "results": results,
-              "processor": lscpu()}
-    arguments.output.write_text(json.dumps(record, indent=1) + "\n")
+    record.write(arguments.output, {"vocab": VOCAB, "repeats": arguments.repeats, "seed": arguments.seed,
+                                    "results": results})
     print(f"wrote {arguments.output}")
 
 

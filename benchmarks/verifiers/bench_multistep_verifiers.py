@@ -5,23 +5,21 @@ and traversal verification of a 3×3 tree drawn without replacement (13 nodes, 1
 ``DraftedTree`` from trusted rows, ``verify_tree`` and ``stop_probabilities``) are both
 O(draws·V), vectorised over the vocabulary. This times each at V = 151,936 and at its
 halves (the median of ``--repeats``) and prints the seconds per million (node, token)
-entries, which stays about level when the cost is linear in V. Writes the timings, the
-settings and the processor (``lscpu``'s model name and flags) to ``--output``.
+entries, which stays about level when the cost is linear in V. Writes the timings and the
+settings to ``--output`` (a ``benchmarks.record`` envelope).
 
-    python benchmarks/bench_multistep_verifiers.py --repeats 5
+    python -m benchmarks.verifiers.bench_multistep_verifiers --repeats 5
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bench_forward_rows import lscpu
+from benchmarks import record
 from specbound.verifiers import DraftedTree, get_verifier
 
 GAMMA = 8
@@ -71,7 +69,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab-sizes", default="37984,75968,151936")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--output", default="benchmarks/results/multistep_verifiers.json")
+    record.add_output(parser, "verifiers/multistep_verifiers.json")
     args = parser.parse_args()
     rows = []
     for name, (case, nodes) in CASES.items():
@@ -81,12 +79,7 @@ def main() -> None:
             rows.append({"case": name, "vocab": vocab, "nodes": nodes, "seconds": seconds,
                          "seconds_per_million_entries": per_million})
             print(f"{name:14s} V = {vocab:7,d}: {seconds * 1000:7.1f} ms  ({per_million * 1000:.1f} ms per 10⁶ entries)")
-    machine = lscpu()
-    result = {"rows": rows, "settings": vars(args), "cpu_model": machine["model"], "cpu_flags": machine["flags"],
-              "numpy": np.__version__, "when": time.strftime("%Y-%m-%d %H:%M")}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=1) + "\n")
+    record.write(args.output, {"rows": rows, "settings": vars(args)})
 
 
 if __name__ == "__main__":

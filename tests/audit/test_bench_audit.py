@@ -1,5 +1,5 @@
-"""``benchmarks/bench_audit.py --tiny`` runs every section on the tiny models and writes one
-record per audit (slow: it imports and runs each engine once)."""
+"""``python -m benchmarks.audit.bench_audit --tiny`` runs every section on the tiny models and
+writes one entry per audit (slow: it imports and runs each engine once)."""
 
 import json
 import subprocess
@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_audit.py"
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_the_audit_benchmark_runs_every_section_at_a_tiny_size(tmp_path):
     pytest.importorskip("llama_cpp")
     output = tmp_path / "audit.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--samples", "24", "--max-new-tokens", "3", "--limit", "3",
-                    "--repeats", "2", "--threads", "1", "--output", str(output)], check=True, timeout=600,
-                   capture_output=True)
-    record = json.loads(output.read_text())
+    subprocess.run([sys.executable, "-m", "benchmarks.audit.bench_audit", "--tiny", "--samples", "24",
+                    "--max-new-tokens", "3", "--limit", "3", "--repeats", "2", "--threads", "1", "--output", str(output)],
+                   check=True, timeout=600, capture_output=True, cwd=REPOSITORY)
+    record = json.loads(output.read_text())["result"]
     assert [len(record[section]) for section in ("ours", "llama-cpp-python", "transformers", "power", "optimum")] == \
         [8, 2, 2, 14, 2]
     assert all(audit["passed"] for audit in record["ours"] + record["llama-cpp-python"])

@@ -4,7 +4,8 @@ A vocabulary of 6 tokens (token 0 is EOS), 2 layers, hidden size 16, fixed seeds
 head is scaled so that next-token laws are far from uniform, and the draft is a noisy copy of
 the target so that acceptance is neither 0 nor 1 (about 0.7 per token on a chain). The same
 weights can be written as a float32 GGUF file (``write_gguf``), so both backends run them.
-Prompts are short strings mapped to token ids 1..5 (``encode``).
+Prompts are short strings mapped to token ids 1..5 (``encode``); ``tiny_chat_pair`` has a
+word-level tokenizer of 12 words and a chat template instead, for serving.
 """
 
 from __future__ import annotations
@@ -18,10 +19,15 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specbound.datasets import Prompt
+from specbound.models.chat import encode_prompt
 from specbound.models.pair import ModelPair
 
 VOCAB = 6
 EOS = 0
+WORDS = ["</s>", "<unk>", "user", "assistant", "system", "red", "green", "blue", "cat", "dog", "runs", "sleeps"]
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }} {{ message['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}assistant{% endif %}")
+CHAT_CONTEXT = 256  # positions the served models take (rotary embeddings: any length)
 LAYER_TENSORS = {  # transformers' name in a decoder layer -> llama.cpp's
     "input_layernorm.weight": "attn_norm.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
@@ -88,6 +94,33 @@ def tiny_prompts(count: int, dataset: str = "toy") -> list[Prompt]:
     texts = ["ab", "cab", "bcd", "dab", "ace", "ebb", "cde", "bad", "dec", "aaa", "eca", "dbe"]
     return [Prompt(f"{dataset}/{index}", texts[index % len(texts)] * (1 + index // len(texts)), dataset)
             for index in range(count)]
+
+
+def tiny_tokenizer():
+    """A ``transformers`` tokenizer over ``WORDS`` (whitespace-separated, ``</s>`` the EOS) with
+    ``CHAT_TEMPLATE``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({word: index for index, word in enumerate(WORDS)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>", unk_token="<unk>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_chat_pair(eos_token_ids=(EOS,)) -> ModelPair:
+    """A tiny pair over ``WORDS`` with its tokenizer and chat template, wrapped as
+    ``models.pair.load_pair`` wraps a loaded pair, so a server runs its real path
+    (``specbound serve --pair-factory specbound.models.tiny:tiny_chat_pair``)."""
+    tokenizer = tiny_tokenizer()
+    target = tiny_model(seed=0, vocab_size=len(WORDS), head_scale=4.0)
+    draft = noisy_copy(target, seed=1, noise=0.5)
+    for model in (target, draft):
+        model.config.max_position_embeddings = CHAT_CONTEXT
+    return ModelPair(target, draft, len(WORDS), tuple(eos_token_ids), functools.partial(encode_prompt, tokenizer),
+                     decode=tokenizer.decode, tokenize=lambda text: tokenizer(text)["input_ids"],
+                     description={"target": "tiny-test-pair"})
 
 
 def write_gguf(model, path: Path, tokenizer=None) -> Path:

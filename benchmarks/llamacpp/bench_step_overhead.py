@@ -5,7 +5,7 @@ wall time per token beside the target's own model seconds per token (``LlamaCppL
 the llama_decode calls and their logits copy); the difference is what our step adds around
 llama.cpp's forward (processing, sampling, bookkeeping). Needs the embedded pair.
 
-    python benchmarks/bench_step_overhead.py
+    python -m benchmarks.llamacpp.bench_step_overhead
 """
 
 from __future__ import annotations
