@@ -133,3 +133,38 @@ def test_a_request_s_sampling_travels_down_to_the_decoder_s_processing(speculato
     assert speculator.decoder_for(Sampling(0.25, top_k=2), "chain", {"gamma": 2})[0] is not decoder
     with pytest.raises(TypeError, match="^sampling: expected a Sampling"):
         speculator.decoder_for(Processing(0.25, 2), "chain", {"gamma": 2})
+
+
+def test_a_method_written_with_its_options_decodes_as_the_keywords_do(speculator):
+    """'chain:gamma=3', as the command line, the server and the auditor write it, is the
+    method chain with gamma=3: same tokens, same decoder."""
+    written = speculator.generate([1, 2, 3], max_new_tokens=6, method="chain:gamma=3", seed=5)
+    keywords = speculator.generate([1, 2, 3], max_new_tokens=6, method="chain", gamma=3, seed=5)
+    assert written.tokens == keywords.tokens
+    mixed = speculator.generate([1, 2, 3], max_new_tokens=6, method="chain:gamma=3", verifier="single", seed=5)
+    assert mixed.tokens == keywords.tokens
+    assert (speculator.decoder_for(Sampling(), "chain:gamma=3")[0]
+            is speculator.decoder_for(Sampling(), "chain", {"gamma": 3})[0])
+
+
+@pytest.mark.parametrize("method, options, error, message", [
+    ("chain:gamma=3", {"gamma": 4}, ValueError, "^gamma: given twice, in method='chain:gamma=3' and as gamma=4"),
+    ("chain:gamma=3", {"gamma": 3}, ValueError, "^gamma: given twice"),
+    ("chain:gamma=3:gamma=4", {}, ValueError, "^method: 'chain:gamma=3:gamma=4' gives 'gamma' twice"),
+    ("chain:gama=3", {}, ValueError, "^method: 'chain' takes no option 'gama'"),
+    ("chain:gamma", {}, ValueError, "^method: expected KEY=VALUE after 'chain', got 'gamma'"),
+    ("chains:gamma=3", {}, ValueError, "^method: unknown method 'chains'"),
+    ("auto:gamma=3", {}, ValueError, "^method: 'auto' takes no option 'gamma'"),
+])
+def test_a_method_written_with_options_is_checked_as_the_command_line_checks_it(speculator, method, options, error,
+                                                                                 message):
+    with pytest.raises(error, match=message):
+        speculator.generate("hi", max_new_tokens=2, method=method, **options)
+
+
+def test_the_acceptance_gap_a_request_returns_is_never_negative(speculator):
+    for seed in range(3):
+        result = speculator.generate([1, 2, 3], max_new_tokens=8, method="chain:gamma=3", seed=seed)
+        summary = result.stats.optimum.summary()
+        assert summary["computed"] > 0 and summary["acceptance_gap"] >= 0
+        assert summary["optimal_acceptance"] >= summary["expected_acceptance"]

@@ -1,6 +1,9 @@
 """``specbound run`` end to end on tiny models saved as local Hugging Face directories."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -169,3 +172,25 @@ def test_run_refuses_a_prompt_and_new_tokens_beyond_the_context_naming_the_optio
     assert "max_new_tokens: 61 new tokens after the prompt" in message
     assert "'s 4 exceed the models' context of 64 positions; ask for at most 60 (--max-new-tokens)" in message
     assert not (tmp_path / "results.jsonl").exists()
+
+
+SPECULATIVE = "chain,tree,batch,sparse"  # a chain, a tree, batch's RRS, a budgeted tree
+
+
+@pytest.mark.slow  # compiles every verifier's loops afresh: about a minute on 2 cores
+def test_a_fresh_run_fills_the_theory_columns_for_every_speculative_method(tiny_dirs, tmp_path):
+    """A new process with an empty cache (nothing compiled yet) computes the exact
+    acceptance and α* for every speculative method, on every prompt."""
+    target, draft, prompts = tiny_dirs
+    command = ["run", "--target", target, "--draft", draft, "--prompts", prompts, "--dtype", "float32",
+               "--max-new-tokens", "8", "--output-dir", str(tmp_path / "out"), "--methods", SPECULATIVE]
+    environment = {**os.environ, "SPECBOUND_CACHE": str(tmp_path / "cache")}
+    program = f"import sys; from specbound.cli import main; sys.exit(main({command!r}))"
+    finished = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True,
+                              timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * len(SPECULATIVE.split(","))
+    for record in records:
+        assert record["optimum"]["positions"] > 0 and record["optimum"]["computed"] > 0, record["method"]
+        assert record["optimum"]["acceptance_gap"] >= 0

@@ -104,3 +104,125 @@ def test_recording_never_changes_the_tokens(target_model, draft_model):
 def test_a_run_without_verified_positions_has_no_figures():
     summary = OptimumTally().summary()
     assert summary["expected_acceptance"] is None and summary["positions"] == 0
+
+
+class Clock:
+    """A stand-in for the recorder's clock (``time.perf_counter``), moved by hand."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class TimedVerifier:
+    """A verifier whose acceptance costs ``seconds`` on ``clock`` (``first`` on its first call:
+    compiling its loops), as the recorder times it."""
+
+    def __init__(self, clock, seconds, first=None):
+        from specbound.verifiers import get_verifier
+
+        self.verifier, self.clock, self.seconds, self.first = get_verifier("single"), clock, seconds, first
+
+    def acceptance_rate(self, *args):
+        self.clock.advance(self.seconds if self.first is None else self.first)
+        self.first = None
+        return self.verifier.acceptance_rate(*args)
+
+    def optimum(self, *args):
+        return self.verifier.optimum(*args)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr("specbound.engine.optimum.time", clock)
+    return clock
+
+
+ROWS = (torch.tensor([[0.6, 0.4]]), torch.tensor([[0.3, 0.7]]))
+
+
+def serve_requests(recorder, verifier, clock, steps, step_seconds, idle_seconds=100.0, prefill_seconds=1.0):
+    """Requests of ``steps`` verified positions each, ``step_seconds`` of decoding before each,
+    ``idle_seconds`` between requests: (tallies, the requests' wall seconds)."""
+    tallies, wall = [], 0.0
+    for step_count in steps:
+        clock.advance(idle_seconds)
+        started = clock.now
+        clock.advance(prefill_seconds)
+        tally = OptimumTally()
+        for _ in range(step_count):
+            clock.advance(step_seconds)
+            recorder.record(tally, verifier, *ROWS, 1)
+        tallies.append(tally)
+        wall += clock.now - started
+    return tallies, wall
+
+
+def test_slow_steps_count_as_decoding_and_idle_time_between_requests_does_not(clock):
+    """Steps of 2 s (a loaded machine) are decoding time, so a computation of 0.02 s fits the
+    10% budget at every position; 100 s idle between requests adds nothing."""
+    recorder = OptimumRecorder(budget=0.1, seed=0)
+    tallies, wall = serve_requests(recorder, TimedVerifier(clock, 0.02), clock, [22, 22], step_seconds=2.0)
+    assert [len(tally.acceptances) for tally in tallies] == [22, 22]
+    assert recorder.decoding_seconds == pytest.approx(2 * 21 * 2.0)  # each request from its first position on
+
+
+def test_the_first_computation_s_compile_time_is_left_out_of_the_cost_estimate(clock):
+    """A verifier's first call takes 5 s (its loops compile): the recorder warms it up
+    outside the tallies and the estimate, so a second request computes as the first."""
+    recorder = OptimumRecorder(budget=0.1, seed=0)
+    verifier = TimedVerifier(clock, 0.01, first=5.0)
+    tallies, _ = serve_requests(recorder, verifier, clock, [22, 22], step_seconds=0.2)
+    assert recorder.warm_up_seconds == pytest.approx(5.0)
+    assert all(len(tally.acceptances) == 22 and tally.seconds == pytest.approx(22 * 0.01) for tally in tallies)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_time_spent_stays_within_the_budget_of_the_decoding_time(clock, seed):
+    """A computation 4× a step's decoding time (the budget allows 1 position in 40): over
+    many requests of every length, the seconds spent stay within 10% of the requests' wall
+    time, up to one computation; every request computes at least one position."""
+    recorder = OptimumRecorder(budget=0.1, seed=seed)
+    steps = np.random.default_rng(seed).integers(1, 120, size=40)
+    tallies, wall = serve_requests(recorder, TimedVerifier(clock, 0.2), clock, steps, step_seconds=0.05)
+    spent = sum(tally.seconds for tally in tallies)
+    assert spent <= 0.1 * wall + 0.2
+    assert all(tally.acceptances for tally in tallies)
+    assert sum(len(tally.acceptances) for tally in tallies) < 0.2 * sum(steps)  # sampled, not all computed
+
+
+def test_sampled_means_are_weighted_by_the_chance_each_position_had():
+    """A request's first position is always computed, the rest at a rate: weighting each by
+    1/π makes the mean estimate the mean over every position (here: first 0.2, the rest 0.8,
+    sampled at π = 0.1 → mean of 10 positions ≈ 0.74, not the unweighted 0.5)."""
+    tally = OptimumTally([0.2, 0.8], [0.2, 0.8], [1.0, 10.0], [1.0, 1.0], positions=11)
+    summary = tally.summary()
+    assert summary["expected_acceptance"] == pytest.approx((0.2 + 10 * 0.8) / 11)
+    assert summary["standard_error"]["expected_acceptance"] > 0
+
+
+def test_the_gap_is_never_negative_where_rounding_puts_the_optimum_below_the_acceptance():
+    acceptances = [0.5, 0.7, 0.61]
+    optima = [0.5 - 4.6e-16, 0.7 - 3.7e-15, 0.75]  # α* ≥ acceptance exactly; rounding breaks the first two
+    summary = OptimumTally(acceptances, optima, [1.0] * 3, [1.0] * 3, positions=3).summary()
+    assert summary["acceptance_gap"] >= 0 and summary["optimal_acceptance"] >= summary["expected_acceptance"]
+    assert summary["acceptance_gap"] == pytest.approx(0.14 / 3)
+    lone = OptimumTally([0.5], [0.5 - 4.6e-16], [1.0], [1.0], positions=1).summary()
+    assert lone["acceptance_gap"] == 0.0 and lone["optimal_acceptance"] == lone["expected_acceptance"]
+
+
+def test_two_requests_in_one_process_both_compute_their_figures(target_model, draft_model):
+    """The recorder a ``Speculator``'s decoders get (``BUDGET``): a second request computes
+    as the first did."""
+    from specbound.engine.optimum import BUDGET
+
+    decoder = decoder_of(target_model, draft_model, Processing(0.8), budget=BUDGET)
+    first, second = run(decoder, build_method("chain", gamma=3), seeds=range(2), max_new_tokens=24)
+    for generation in (first, second):
+        assert generation.stats.optimum.summary()["computed"] > 0

@@ -22,9 +22,9 @@ from specbound.cli.decoding import (
     add_sampling_arguments,
     check_sampling,
     load_speculator,
-    parse_method,
 )
 from specbound.cli.inputs import standard_input_text
+from specbound.engine.method_text import parse_method
 
 if TYPE_CHECKING:
     import torch

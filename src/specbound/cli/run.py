@@ -24,10 +24,10 @@ from specbound.cli.decoding import (
     add_sampling_arguments,
     check_sampling,
     load_speculator,
-    parse_method,
 )
 from specbound.cli.inputs import prompt_set
 from specbound.cli.output import format_table, writable_folder
+from specbound.engine.method_text import parse_method
 
 if TYPE_CHECKING:
     from specbound.engine import RunStats
