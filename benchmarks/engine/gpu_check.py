@@ -13,7 +13,7 @@ for the real pair (chain γ = 6 on humaneval at T = 0.7, ``--acceptance-record``
 plain decoding's and the chosen plan's predicted tokens/s.
 
 It needs torch and transformers only (with numpy and scipy), from the source tree, no model
-file and nothing fetched: ``benchmarks/gpu_check.sh OUT_FOLDER`` runs it so. Writes
+file and nothing fetched: ``benchmarks/engine/gpu_check.sh OUT_FOLDER`` runs it so. Writes
 ``forward_rows_<device>.jsonl`` (``bench_forward_rows``' format, which
 ``plan_on_recorded_costs --records`` reads) and ``gpu_check.json`` (a ``benchmarks.record``
 envelope) to the folder ``--output``.

@@ -2,16 +2,12 @@
 and the exact verifiers estimate their work and refuse it before it starts
 (``checks.within_limit``, ``checks.within_work_limit``).
 
-Each constant is the seconds one operation costs, the upper end over several shapes timed
-on this project's 2-core AMD EPYC when its estimate was written: issue 10 part 4, commit
-36a5dd3 (the LP, RRS without replacement's recursion, the chains, the theory figures) and
-88a65b4 (the tables of ``accept`` and ``bounds``, the exponential race); the bracket passes
-of RRS without replacement follow their compiled form (fdd16ef, 72fc27e). The commit
-messages give the shapes and timings; ``benchmarks/bench_work_limits.py`` times each
-estimate's work on a machine against the estimate (``benchmarks/README.md``). They are
-constants, not measured on the machine that runs: a faster machine finishes sooner than
-estimated, and an estimate only decides whether to start. Memory is not calibrated: each
-module counts its own arrays' bytes.
+Each constant is the seconds one operation costs, the upper end over several shapes timed on
+a 2-core AMD EPYC. ``benchmarks/bounds/bench_work_limits.py`` times the work behind each
+estimate on a machine and prints measured / estimated (its record and figures:
+``benchmarks/README.md``). They are constants, not measured on the machine that runs: a faster
+machine finishes sooner than estimated, and an estimate only decides whether to start. Memory
+is not calibrated: each module counts its own arrays' bytes.
 
 Letters: K draft tuples, V tokens of a row, n drafts, T a chain's horizon, M its drafts.
 """

@@ -27,9 +27,8 @@ class WithReplacement(DraftScheme):
         return np.stack([sample_from(draft, uniforms[:, i]) for i in range(num_drafts)], axis=1)
 
     def _sample_torch(self, draft_probs, num_drafts, generator):
-        # inverse CDF from one running sum, as the numpy path draws: the same law, and a
-        # running sum and a search cost far less than torch.multinomial on a vocabulary-sized
-        # row (commit 996bf47)
+        # inverse CDF from one running sum, as the numpy path draws: the same law, and a running
+        # sum and a search cost far less than torch.multinomial on a vocabulary-sized row
         return sample_from_torch(draft_probs, uniforms_torch((draft_probs.shape[0], num_drafts), generator, draft_probs))
 
     def _enumerate(self, draft_row, num_drafts):

@@ -70,7 +70,7 @@ RECURSION_SECONDS_LIMIT = 20.0
 BRACKET_SECONDS_LIMIT = 20.0
 SMALLEST_REST = 1e-300  # below, 1/(1 − q(S)) and its sums could overflow: _split_at_first_draft
 FIRST_BIN_COUNT = 512  # one exact pass for rows of at most this many values on both sides (above, a pass of
-# a bin per value costs more than the coarse one and its refinements: commit 31aaedd)
+# a bin per value costs more than the coarse one and its refinements)
 COARSE_BIN_COUNT = 256  # the first pass's bins a side for rows of more (llama.cpp's float32 rows: ~10^5)
 REFINED_WIDTH_SHARE = 0.1  # a refined bin's expected width, of its width before (real rows: 1/13 to 1/29)
 REFINEMENT_AIM = 0.9  # of the width allowed, what a refinement aims at
@@ -217,7 +217,7 @@ def three_draft_seconds(target_row, draft_row) -> float:
     """Estimated seconds of the n = 3 acceptance of one row, at most
     ``BRACKET_SECONDS_LIMIT`` (where refinement stops): one exact pass where both sides fit
     ``FIRST_BIN_COUNT`` bins, else the coarse pass and one refinement (what real float32
-    rows take: ``benchmarks/results/study_exact_unit.md``)."""
+    rows take: ``benchmarks/studies/bench_study_real_rows.py`` times it)."""
     first = len(np.unique(draft_row[draft_row > target_row]))
     second = len(np.unique(draft_row[draft_row > 0]))
     seconds = RRS_SECONDS_PER_ROW_TOKEN * len(draft_row)
@@ -540,7 +540,7 @@ class _Bins:
         inside it, its x2 bins doubled at its odd refinements (the first, third, …) and
         wherever it was not cut, each at most ``most``: x1 first since on llama.cpp's float32 rows that narrows the
         bracket more and costs less than doubling the x2 bins
-        (``benchmarks/results/study_exact_unit.md``, round 5)."""
+        (``benchmarks/studies/bench_study_real_rows.py`` times both on real rows)."""
         first_count = np.minimum(2 * self.first_count, most[0])
         owners, starts = [np.arange(len(self.starts))], [self.starts]
         for count in np.unique(first_count):
