@@ -1,5 +1,7 @@
 """The auditor's tests on numbers alone (``audit.pit``): exact PIT uniformity, the false-alarm
-rate under the tolerant null at most the level, and the power ``detectable_shift`` claims."""
+rate under the tolerant null at most the level (tolerances computed from the path and per
+shared context included), the power ``detectable_shift`` claims, and the measured
+disagreement between batch shapes."""
 
 import math
 
@@ -8,8 +10,8 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from specbound.audit.pit import (FLOOR, ContextGroup, context_test, detectable_sharpening, detectable_shift, pit_values,
-                                 pooled_test, sharpness_terms, sharpness_test)
+from specbound.audit.pit import (FLOOR, ContextGroup, context_test, detectable_sharpening, detectable_shift, disagreement,
+                                 pit_values, pooled_test, sharpness_terms, sharpness_test)
 
 TRIALS = 2000
 LEVEL = 0.05
@@ -55,6 +57,24 @@ def test_pooled_false_alarm_rate_at_most_the_level_at_the_tolerance(edge, tolera
     rng = np.random.default_rng(1)
     rejected = sum(pooled_test(shifted_values(rng, 400, edge, tolerance), tolerance).p_value <= LEVEL
                    for _ in range(TRIALS))
+    assert rejected <= binomial_ceiling(TRIALS, LEVEL)
+
+
+def test_pooled_false_alarm_rate_at_most_the_level_with_a_tolerance_computed_from_the_path():
+    """The tolerance a measurement sets depends on the path; an engine at the null's edge that
+    shifts the most where the path allows it (0.1 after a value below the edge, none after one
+    above) is still rejected at most at the level's rate when the test is given the path's
+    mean allowance — the mixture over λ, not a λ chosen after seeing it (``audit.pit``)."""
+    rng = np.random.default_rng(11)
+    n, edge, allowance = 400, 0.5, 0.1
+    rejected = 0
+    for _ in range(TRIALS):
+        values, allowed, below = np.empty(n), np.empty(n), True
+        for t in range(n):
+            allowed[t] = allowance if below else 0.0
+            below = rng.random() < edge + allowed[t]
+            values[t] = rng.random() * edge if below else edge + rng.random() * (1 - edge)
+        rejected += pooled_test(values, allowed.mean()).p_value <= LEVEL
     assert rejected <= binomial_ceiling(TRIALS, LEVEL)
 
 
@@ -109,6 +129,40 @@ def test_context_test_tolerates_row_tolerance_and_catches_more():
                     for _ in range(trials))
     assert tolerated <= binomial_ceiling(trials, LEVEL)
     assert context_test(multinomial_groups(rng, laws, 2000, moved), 4, 0.0).p_value < 1e-6
+
+
+def test_context_test_tolerates_each_groups_own_row_tolerance():
+    """Groups whose laws are moved by their own tolerance (0.02 to 0.08: a measured row each)
+    pass at the level's rate; the same draws fail with no tolerance."""
+    rng = np.random.default_rng(5)
+    laws = rng.dirichlet(np.ones(12), size=4)
+    shifts = np.array([0.02, 0.04, 0.06, 0.08])
+    moved = laws.copy()
+    moved[:, 0] += shifts
+    moved[:, 1:] *= (1 - moved[:, 0:1]) / moved[:, 1:].sum(axis=1, keepdims=True)
+
+    def groups():
+        drawn = multinomial_groups(rng, laws, 2000, moved)
+        for group, shift in zip(drawn, shifts):
+            group.tolerance = float(shift)
+        return drawn
+
+    trials = 200
+    assert sum(context_test(groups(), 4).p_value <= LEVEL for _ in range(trials)) <= binomial_ceiling(trials, LEVEL)
+    assert context_test(groups(), 4, 0.0).p_value < 1e-6
+
+
+def test_disagreement_is_the_largest_over_the_other_shapes():
+    probs = torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.1, 0.0]], dtype=torch.float64)
+    others = torch.stack([probs, torch.tensor([[0.4, 0.4, 0.2], [0.9, 0.05, 0.05]], dtype=torch.float64)])
+    tv, drift, excess = disagreement(probs, others)
+    assert tv == pytest.approx([0.1, 0.05])
+    same = disagreement(probs, probs[None])
+    assert np.allclose(same[0], 0) and np.allclose(same[1], 0) and np.allclose(same[2], 0)
+    scores = probs.clamp(min=FLOOR).log()
+    centred = scores - (probs * scores).sum(dim=1, keepdim=True)
+    assert drift == pytest.approx((others[1] * centred).sum(dim=1).abs().numpy())
+    assert np.all(excess >= 0)
 
 
 def test_sharpness_score_is_centred_with_the_rows_variance_by_enumeration():

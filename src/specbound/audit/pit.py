@@ -13,31 +13,35 @@ holds a fixed N = samples · max_new_tokens values.
 
 **The pooled test (every position).** With B bins, edge e_j = j/B (j = 1..B−1), the count
 C_j = #{u ≤ e_j}. The null H0(δ) is that at each position the engine's conditional law is
-within TV δ_t of the reference's, the δ_t averaging at most δ (``tolerance``) over the N
-positions along every path: δ absorbs rounding differences between batch shapes (llama.cpp's
-kernels are not batch-invariant: ``benchmarks/results/llamacpp_invariance.json`` measures a
-mean per-row TV of 0.006 and a largest of 0.043 at T = 0.7). Then P(u_t ≤ e_j | past) = p_t
-with Σ p_t ≤ N(e_j + δ), and for c = e^λ − 1 > 0 the product Π(1 + c p_t) ≤ (1 + c(e_j + δ))^N
-(AM–GM), so E[exp(λ C_j)] ≤ (1 + c(e_j + δ))^N and Chernoff's bound gives
-P(C_j ≥ Nx) ≤ exp(−N·KL(x ‖ e_j + δ)) for x > e_j + δ — a binomial tail bound that holds for
-adaptive sampling. The lower tail is the same with e_j − δ. Each of the 2(B−1) tails is
-bounded so, and the pooled p-value is 2(B−1) times the smallest bound (Bonferroni): under
-H0(δ) it rejects with probability ≤ level.
+within TV δ_t of the reference's, with Σ_t δ_t ≤ N·δ along every path (``tolerance`` δ: the
+mean; δ may itself be computed from the path, as the auditor's measured tolerance is,
+``audit.tolerances``). Then P(u_t ≤ e_j | past) = p_t ≤ e_j + δ_t, and for λ > 0, c = e^λ − 1,
+exp(λC_j)/Π(1 + c p_t) is a martingale from 1 (each factor's conditional mean is 1), while
+Π(1 + c p_t) ≤ (1 + c(e_j + δ))^N on every path of the null (AM–GM, then Σ p_t ≤ N(e_j + δ)).
+So W_j = mean over a fixed grid of λ (``POOLED_GRID``) of exp(λC_j)/(1 + c(e_j + δ))^N has
+E[W_j] ≤ 1 under H0(δ) — adaptive sampling and a path-dependent δ included — and 1/W_j is a
+p-value by Markov (the grid's mean, not its best λ: a λ chosen after seeing C_j and δ would
+not be valid). The lower tail is the same on the count of u > e_j, with 1 − e_j + δ. Each of
+the 2(B−1) tails is bounded so, and the pooled p-value is 2(B−1) times the smallest
+(Bonferroni): under H0(δ) it rejects with probability ≤ level.
 
 **Its power (``detectable_shift``).** An engine that, at every position, puts at least d more
 (or less) mass than the reference on the tokens ranked before one edge — the reference's most
-likely tokens holding e_j of its mass, against the rest — has Σ p_t ≥ N(e_j + d); the same
-bound on the other side gives P(C_j < Nc) ≤ exp(−N·KL(c ‖ e_j + d)), c the rejection
-threshold. ``detectable_shift`` is the least d for which that is ≤ 1 − power (0.99 power) at
-every edge and on both sides. Such a shift is a TV of at least d; a bias whose moves cancel
-in the ranking (as much mass up as down across every edge) is not caught by this test.
+likely tokens holding e_j of its mass, against the rest — has Σ p_t ≥ N(e_j + d); Chernoff's
+bound on that side gives P(C_j < Nc) ≤ exp(−N·KL(c ‖ e_j + d)), c the count (as a share) at
+which W_j reaches 2(B−1)/level. ``detectable_shift`` is the least d for which that is
+≤ 1 − power (0.99 power) at every edge and on both sides. Such a shift is a TV of at least d; a
+bias whose moves cancel in the ranking (as much mass up as down across every edge) is not
+caught by this test.
 
 **The shared-context test.** Samples that reached the same context (the same prompt and the
 same tokens so far — at the first position, every sample of a prompt) draw their next tokens
 independently from one law, whatever the engine. Per such context, the count of each of the
 reference's K most likely tokens there, and of the rest, is binomial with a probability within
-``row_tolerance`` of the reference's (one row's rounding, not a mean): exact binomial tails on
-both sides. Given everything before position t, the contexts at t are fixed and their next
+that context's row tolerance of the reference's (one row's rounding, not a mean: the
+group's own, measured at its row, or one ``row_tolerance`` for all): exact binomial tails on
+both sides. The reference's row at a context and its tolerance are functions of the context
+(``audit.reference``: every row is computed in forwards of fixed shapes). Given everything before position t, the contexts at t are fixed and their next
 tokens independent, so Bonferroni over the contexts and categories at t bounds the false alarm
 at t; positions are weighted in advance (the first 1/2, each later one 1/(2(T − 1))), so the
 test's false-alarm rate is at most the level. A bias in any direction at a shared context is
@@ -53,7 +57,8 @@ row the reference is sure of has σ ≈ 0 and adds neither signal nor noise, unl
 test's values. Rounding moves every logit a little, so it moves the engine's mean of f by at
 most about σ·(the logits' error) (Cauchy–Schwarz): the null H0(κ, ν) is that along every path
 the engine's conditional means d_t = E'[X_t] satisfy Σ|d_t| ≤ κ·Σσ_t and its second moments
-Σ E'[X_t²] ≤ (1 + ν)·Σσ_t² (``sharpness_tolerance`` κ, ``variance_tolerance`` ν). For
+Σ E'[X_t²] ≤ (1 + ν)·Σσ_t² (``sharpness_tolerance`` κ, ``variance_tolerance`` ν; either may be
+computed from the path, as the measured ones are: the bound below holds path by path). For
 Y ≤ b and λ ≥ 0, e^{λY} ≤ 1 + λY + Y²·g(λ), g(λ) = (e^{λb} − 1 − λb)/b² (Bennett: (e^u − 1 −
 u)/u² increases), so exp(λΣX_t − λΣd_t − g(λ)ΣE'[X_t²]) is a supermartingale from 1, and under
 H0 its value at the end is at least exp(λΣX − λκΣσ − g(λ)(1 + ν)Σσ²); the mean of that over a
@@ -81,37 +86,37 @@ CATEGORIES = 8  # K: the reference's most likely tokens of a shared context coun
 POWER = 0.99  # the detection probability ``detectable_shift`` and ``detectable_sharpening`` are stated for
 FLOOR = 0.01  # φ of the sharpness test: f(y) = log max(probs[y], φ), bounded by b = −log φ
 SHARP_GRID = np.geomspace(1e-3, 4.0, 48)  # λ of the sharpness test's mixture (module docstring)
+POOLED_GRID = np.geomspace(1e-3, 8.0, 40)  # λ of the pooled test's mixture (module docstring)
 
 
-def pit_values(probs: torch.Tensor, tokens: torch.Tensor, uniforms: torch.Tensor) -> np.ndarray:
-    """Randomised PIT of ``tokens`` under the rows of ``probs`` (module docstring), tokens
-    ranked by decreasing probability, ties by id.  # [n, vocab], [n], [n] -> [n] float64"""
+def pit_intervals(probs: torch.Tensor, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's PIT interval under its row of ``probs``: the mass ranked before it and its
+    own (module docstring: decreasing probability, ties by id).  # [n, vocab], [n] -> [n], [n] float64"""
     probs = probs.to(torch.float64)
     taken = probs.gather(1, tokens[:, None].long())  # [n, 1]
     ids = torch.arange(probs.shape[1])[None]
     before = (probs > taken) | ((probs == taken) & (ids < tokens[:, None]))
-    mass_before = (probs * before).sum(dim=1)
-    values = mass_before + uniforms.to(torch.float64) * taken[:, 0]
-    return values.clamp(0.0, 1.0).numpy()
+    return (probs * before).sum(dim=1).numpy(), taken[:, 0].numpy()
 
 
-def bernoulli_kl(x, mean):
-    """KL(Bernoulli(x) ‖ Bernoulli(mean)), elementwise, +inf where x lies outside mean's support."""
-    x, mean = np.asarray(x, dtype=np.float64), np.asarray(mean, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        up = np.where(x > 0, x * np.log(x / mean), 0.0)
-        down = np.where(x < 1, (1 - x) * np.log((1 - x) / (1 - mean)), 0.0)
-    return np.nan_to_num(up + down, nan=np.inf)
+def pit_values(probs: torch.Tensor, tokens: torch.Tensor, uniforms: torch.Tensor) -> np.ndarray:
+    """Randomised PIT of ``tokens`` under the rows of ``probs`` (module docstring).
+    # [n, vocab], [n], [n] -> [n] float64"""
+    mass_before, taken = pit_intervals(probs, tokens)
+    return np.clip(mass_before + np.asarray(uniforms, dtype=np.float64) * taken, 0.0, 1.0)
 
 
-def chernoff_tails(counts, n: int, low_means, high_means) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds on P(C ≥ count) under Σp_t ≤ n·high and on P(C ≤ count) under Σp_t ≥ n·low
-    (module docstring), elementwise.  # [edges] -> [edges], [edges]"""
-    fraction = np.asarray(counts, dtype=np.float64) / n
-    high, low = np.clip(high_means, 0.0, 1.0), np.clip(low_means, 0.0, 1.0)
-    upper = np.where(fraction > high, np.exp(-n * bernoulli_kl(fraction, high)), 1.0)
-    lower = np.where(fraction < low, np.exp(-n * bernoulli_kl(fraction, low)), 1.0)
-    return upper, lower
+def mixture_tails(counts, n: int, means) -> np.ndarray:
+    """1/W: the p-value of a count C of n indicators whose conditional means sum to at most
+    n·``means`` (module docstring), elementwise, W the mean over ``POOLED_GRID`` of
+    exp(λC)/(1 + (e^λ − 1)·mean)^n.  # [edges], [edges] -> [edges]"""
+    counts = np.asarray(counts, dtype=np.float64)[None]
+    means = np.clip(np.asarray(means, dtype=np.float64), 0.0, 1.0)[None]
+    grid = POOLED_GRID[:, None]
+    exponents = grid * counts - n * np.log1p(np.expm1(grid) * means)  # [grid, edges]
+    top = exponents.max(axis=0)
+    log_mean = top + np.log(np.exp(exponents - top).mean(axis=0))
+    return np.exp(-np.maximum(log_mean, 0.0))
 
 
 def edges(bins: int = BINS) -> np.ndarray:
@@ -132,16 +137,16 @@ def pooled_test(values: np.ndarray, tolerance: float, bins: int = BINS) -> Poole
     values = np.asarray(values, dtype=np.float64).reshape(-1)
     n = values.size
     cuts = edges(bins)
-    fractions = (values[None] <= cuts[:, None]).sum(axis=1) / n
-    upper, lower = chernoff_tails(fractions * n, n, cuts - tolerance, cuts + tolerance)
-    tails = np.minimum(upper, lower)
+    counts = (values[None] <= cuts[:, None]).sum(axis=1)
+    fractions = counts / n
+    tails = np.minimum(mixture_tails(counts, n, cuts + tolerance), mixture_tails(n - counts, n, 1 - cuts + tolerance))
     worst = int(np.argmin(tails))
     return PooledTest(float(min(1.0, 2 * len(cuts) * tails[worst])), float(cuts[worst]), float(fractions[worst]),
                       fractions, n)
 
 
 def _kl(x: float, mean: float) -> float:
-    """``bernoulli_kl`` of two numbers, for the bisections."""
+    """KL(Bernoulli(x) ‖ Bernoulli(mean)), for the bisections."""
     up = x * math.log(x / mean) if x > 0 else 0.0
     down = (1 - x) * math.log((1 - x) / (1 - mean)) if x < 1 else 0.0
     return up + down
@@ -158,15 +163,17 @@ def _bisect(function, low: float, high: float, steps: int = 60) -> float:
 def detectable_shift(n: int, tolerance: float, level: float, bins: int = BINS, power: float = POWER) -> float:
     """The least per-position shift d across any one edge that the pooled test of ``n``
     values rejects with probability ≥ ``power`` (module docstring); inf where none is."""
-    needed = math.log(2 * (bins - 1) / level) / n  # KL the threshold must reach from the null's mean
+    if n < 1:
+        return math.inf
+    needed = level / (2 * (bins - 1))  # the tail's p-value that rejects
     missed = math.log(1 / (1 - power)) / n  # KL the alternative's mean must reach from the threshold
     worst = 0.0
     for cut in edges(bins):
-        for side in (1, -1):  # the upper tail, then the lower one (mirrored: x -> 1 − x)
-            null, base = (cut + tolerance, cut) if side == 1 else (1 - cut + tolerance, 1 - cut)
-            if null >= 1 or math.log(1 / null) < needed:  # even a count of n is not rejected
+        for base in (cut, 1 - cut):  # the upper tail at the edge, then the lower one (mirrored: x -> 1 − x)
+            null = base + tolerance
+            if null >= 1 or mixture_tails([n], n, [null])[0] > needed:  # even a count of n is not rejected
                 return math.inf
-            threshold = _bisect(lambda x: _kl(x, null) - needed, null, 1.0)
+            threshold = _bisect(lambda x: needed - mixture_tails([x * n], n, [null])[0], null, 1.0)
             if threshold >= 1 or math.log(1 / threshold) < missed:
                 return math.inf
             mean = _bisect(lambda m: _kl(threshold, m) - missed, threshold, 1.0 - 1e-15)
@@ -185,6 +192,7 @@ class ContextGroup:
     top_tokens: list[int]  # [K]
     top_masses: list[float]  # [K]
     drawn: list[int] = field(default_factory=list)
+    tolerance: float = 0.0  # how far the engine's row here may lie from the reference's, in TV
 
 
 def top_categories(probs: torch.Tensor, categories: int = CATEGORIES) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,22 +213,24 @@ class ContextTest:
     samples: int  # the samples in that context
 
 
-def context_test(groups: list[ContextGroup], positions: int, row_tolerance: float) -> ContextTest:
+def context_test(groups: list[ContextGroup], positions: int, row_tolerance: float | None = None) -> ContextTest:
     """The shared-context test (module docstring) over ``groups`` with at least two samples,
-    ``positions`` the audit's max_new_tokens (the weights are fixed by it, not by the data)."""
-    rows = []  # (position, prompt, token, count, size, mass) per category of a shared context
+    ``positions`` the audit's max_new_tokens (the weights are fixed by it, not by the data);
+    ``row_tolerance`` None: each group's own."""
+    rows = []  # (position, prompt, token, count, size, mass, tolerance) per category of a shared context
     for group in groups:
         size = len(group.drawn)
         if size >= 2:
             counts = [group.drawn.count(token) for token in group.top_tokens]
             rest = max(0.0, 1.0 - sum(group.top_masses))
-            rows += [(group.position, group.prompt, token, count, size, mass) for token, count, mass
+            tolerance = group.tolerance if row_tolerance is None else row_tolerance
+            rows += [(group.position, group.prompt, token, count, size, mass, tolerance) for token, count, mass
                      in zip(group.top_tokens + [-1], counts + [size - sum(counts)], group.top_masses + [rest])]
     if not rows:
         return ContextTest(1.0, 0, -1, -1, math.nan, math.nan, 0)
-    position, prompt, token, count, size, mass = (np.array(column) for column in zip(*rows))
-    upper = scipy_stats.binom.sf(count - 1, size, np.minimum(1.0, mass + row_tolerance))
-    lower = scipy_stats.binom.cdf(count, size, np.maximum(0.0, mass - row_tolerance))
+    position, prompt, token, count, size, mass, tolerance = (np.array(column) for column in zip(*rows))
+    upper = scipy_stats.binom.sf(count - 1, size, np.minimum(1.0, mass + tolerance))
+    lower = scipy_stats.binom.cdf(count, size, np.maximum(0.0, mass - tolerance))
     tails = np.minimum(upper, lower)
     weights = np.where(position == 1, 0.5, 0.5 / max(positions - 1, 1)) if positions > 1 else np.ones(len(rows))
     tested = {value: 2 * int(np.sum(position == value)) for value in np.unique(position)}
@@ -247,6 +257,21 @@ def sharpness_terms(probs: torch.Tensor, tokens: torch.Tensor) -> tuple[float, f
     variance = (probs * (scores - mean[:, None]) ** 2).sum(dim=1)
     taken = scores.gather(1, tokens[:, None].long())[:, 0]
     return float((taken - mean).sum()), float(variance.clamp(min=0).sqrt().sum()), float(variance.sum())
+
+
+def disagreement(probs: torch.Tensor, others: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How far the same rows computed otherwise (``others``: at other batch shapes) lie from
+    ``probs``, per row, the largest over ``others``: the TV; |E'[X]|, and E'[X²] − σ² (at least
+    0), X the sharpness score centred on the row of ``probs`` (module docstring), E' under the
+    other row.  # [n, vocab], [shapes, n, vocab] -> [n], [n], [n] float64"""
+    probs, others = probs.to(torch.float64), others.to(torch.float64)
+    scores = probs.clamp(min=FLOOR).log()
+    centred = scores - (probs * scores).sum(dim=1, keepdim=True)  # [n, vocab]
+    variance = (probs * centred**2).sum(dim=1)
+    tv = 0.5 * (others - probs[None]).abs().sum(dim=2).amax(dim=0)
+    drift = (others * centred[None]).sum(dim=2).abs().amax(dim=0)
+    excess = ((others * centred[None] ** 2).sum(dim=2) - variance[None]).amax(dim=0).clamp(min=0.0)
+    return tv.numpy(), drift.numpy(), excess.numpy()
 
 
 def _log_mean_exp(exponents: np.ndarray) -> float:
