@@ -52,6 +52,24 @@ def test_prompt_lookup_batches_too(target_model):
 
 
 @pytest.mark.parametrize("name", ["chain", "sparse"])
+def test_suffix_decoding_batches_too(name, target_model):
+    """Each row drafts from the history as it was when it started; the outputs of the rows
+    that finish first join it meanwhile and change no other row's tokens."""
+    from specbound.engine.suffix import SuffixDrafter, SuffixHistory
+
+    def engine():
+        history = SuffixHistory()
+        history.add([2, 3, 1, 2, 4, 4, 1, 2, 3], before=[1])
+        return Decoder(CausalLM(target_model), SuffixDrafter(VOCAB, history, min_match=1), Processing(), (EOS,))
+
+    method = build_method(name, **{"chain": {"gamma": 3}, "sparse": {"budget": 6, "depth": 3, "width": 3}}[name])
+    alone = [engine().generate(prompt, method, 8, torch.Generator().manual_seed(row)).tokens
+             for row, prompt in enumerate(PROMPTS)]
+    together = engine().generate_batch(PROMPTS, method, 8, [torch.Generator().manual_seed(row) for row in range(5)])
+    assert [generation.tokens for generation in together] == alone
+
+
+@pytest.mark.parametrize("name", ["chain", "sparse"])
 def test_batched_decoding_generates_the_target_sequence_law(name, target_model, draft_model):
     """400 sequences in batches of 8 (each its own generator), the pooled χ² test of
     ``test_engine_lossless`` at level SIGNIFICANCE."""

@@ -136,7 +136,8 @@ def test_suffix_trees_drawn_in_random_order_reach_the_optimum_on_average(name, t
     E[accepted | tree, order] varies with it; over the order it is Σ_v p(path to v), so the
     mean difference over the drafted steps is 0 (within 4 standard errors), though single
     steps differ."""
-    differences = np.array([expected - optimum for expected, optimum, _ in drafted_steps(target_model, name, range(40))])
+    steps = drafted_steps(target_model, name, range(40))
+    differences = np.array([expected - optimum for expected, optimum, _ in steps])
     assert np.abs(differences).max() > 1e-3
     assert abs(differences.mean()) < 4 * differences.std(ddof=1) / np.sqrt(len(differences))
 
@@ -219,10 +220,63 @@ def test_each_sequence_of_a_batch_gets_the_tokens_it_gets_alone_with_a_history(n
         alone.append(decoder.generate(prompt, method, 4 + 2 * row, torch.Generator().manual_seed(row)))
     decoder = suffix_decoder(CausalLM(target_model), history_of(outputs))
     batch = decoder.start(method)
-    together = [batch.add(prompt, 4 + 2 * row, torch.Generator().manual_seed(row)) for row, prompt in enumerate(PROMPTS)]
+    together = [batch.add(prompt, 4 + 2 * row, torch.Generator().manual_seed(row))
+                for row, prompt in enumerate(PROMPTS)]
     while batch.sequences:
         batch.step()
     assert len(decoder.drafter.history) == len(outputs) + len(PROMPTS)
     for single, sequence in zip(alone, together):
         assert sequence.new_tokens == single.tokens
         assert sequence.stats.tree_sizes == single.stats.tree_sizes
+
+
+# -- auto, the API and a server ---------------------------------------------------------------
+def test_auto_with_suffix_drafts_is_lossless(target_model, draft_model):
+    """auto choosing step by step among plain decoding, the draft model, prompt lookup and
+    suffix drafts (one drafter behind the other) keeps the target's law; suffix is chosen."""
+    from specbound.engine import ModelDrafter, PromptLookupDrafter
+    from specbound.engine.costs import Costs
+    from specbound.engine.drafters import DrafterChoice
+    from specbound.engine.planner import Planner, default_candidates
+    from specbound.engine.precisions import AS_LOADED
+
+    free = Costs({1: 1.0, 16: 1.0})  # rows free: drafting pays
+    planner = Planner(free, {AS_LOADED: Costs({1: 0.5, 16: 0.5})}, default_candidates(2, lookup=True, suffix=True),
+                      replan_every=1)
+    drafters = {"model": ModelDrafter(CausalLM(draft_model), Processing(), planner.variant_for_rows),
+                "lookup": PromptLookupDrafter(VOCAB),
+                "suffix": SuffixDrafter(VOCAB, history_of(likely_outputs(target_model)), min_match=1)}
+    decoder = Decoder(CausalLM(target_model), DrafterChoice(drafters), Processing(), eos_token_ids=[EOS])
+    generator = torch.Generator().manual_seed(0)
+    samples = [tuple(decoder.generate(PROMPT, planner, NEW_TOKENS, generator).tokens) for _ in range(SAMPLES)]
+    assert {label.split()[0] for _, label, _ in planner.history} >= {"suffix"}
+    assert chi_square_pvalue(samples, exact_sequence_law(target_model, PROMPT, Processing(), NEW_TOKENS)) > SIGNIFICANCE
+
+
+def test_a_second_request_to_a_server_drafts_from_the_first():
+    """One server (its decoding loop in-process, one decoder): the same greedy request twice;
+    the second drafts the first's answer from the start, so it takes fewer target calls."""
+    import queue
+
+    from specbound.api import Speculator
+    from specbound.engine.processing import Sampling
+    from specbound.models.tiny import tiny_pair
+    from specbound.serve.batching import BatchingLoop, Finished, Job
+
+    speculator = Speculator(pair=tiny_pair(), drafter="suffix", progress=False)
+    loop = BatchingLoop(speculator, "sparse", {"budget": 6, "depth": 3, "width": 3}, max_batch=2, max_queue=2)
+    loop.start()
+    figures = []
+    try:
+        for _ in range(2):
+            events = queue.Queue()
+            loop.submit(Job([1, 2, 3, 4, 5], 16, Sampling(0.0), 7, (), events.put))
+            event = events.get(timeout=30)
+            while not isinstance(event, Finished):
+                event = events.get(timeout=30)
+            figures.append(event.specbound)
+    finally:
+        loop.stop(10)
+    first, second = figures
+    assert second["token_ids"] == first["token_ids"]  # greedy: the target's argmax path both times
+    assert second["target_calls"] < first["target_calls"]

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from specbound import arguments
 from specbound.engine.backends import CHOICES as BACKENDS
-from specbound.engine.method_text import parse_method  # noqa: F401  (serve and audit read it here)
 from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 from specbound.models import DTYPES
 
@@ -24,8 +23,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="embedded model name, .gguf file or Hugging Face directory (default default-target)")
     models.add_argument("--draft", default=arguments.default("default-draft"),
                         help="draft model, same forms (default default-draft)")
-    models.add_argument("--drafter", choices=["model", "prompt-lookup"], default="model",
-                        help="draft with the draft model or by n-gram prompt lookup")
+    models.add_argument("--drafter", choices=["model", "prompt-lookup", "suffix"], default="model",
+                        help="draft with the draft model, by n-gram prompt lookup, or by suffix decoding (trees of "
+                        "what followed the text's suffix in the prompt, the output so far and earlier outputs)")
     models.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="the models' dtype (bfloat16)")
     models.add_argument("--target-precision", "--target-dtype", type=precision, choices=PRECISIONS,
                         default=AS_LOADED, help=f"the target's weights: {AS_LOADED} (default: the model itself, at "
@@ -68,6 +68,44 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
     sampling.add_argument("--max-new-tokens", type=arguments.integer(1, MAX_NEW_TOKENS), default=max_new_tokens,
                           help=f"tokens to generate at most (default {max_new_tokens}; at most {MAX_NEW_TOKENS:,}, "
                           "more positions than any model has)")
+
+
+def parse_method(text: str, defaults: dict | None = None, option: str = "method") -> tuple[str, dict]:
+    """'auto', 'chain', 'chain:gamma=4', 'sparse:budget=12:depth=6:verifier=greedy' ->
+    (name, options); values are ints where they parse as ints, floats where they parse as
+    floats. ``defaults`` fill the options the text leaves out (those the method takes and
+    that are not None); messages name ``option``. Every value is checked, and the method
+    built, before any model loads."""
+    from specbound.engine.methods import METHODS, build_method, method_options
+
+    name, *pairs = [part.strip() for part in text.split(":")]
+    if name != "auto" and name not in METHODS:
+        raise ValueError(f"{option}: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
+    taken = [] if name == "auto" else method_options(name)
+    options = {key: value for key, value in (defaults or {}).items() if key in taken and value is not None}
+    given = set()
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise ValueError(f"{option}: expected KEY=VALUE after {name!r}, got {pair!r}")
+        if key not in taken:
+            raise ValueError(f"{option}: {name!r} takes no option {key!r}")
+        if key in given:
+            raise ValueError(f"{option}: {text!r} gives {key!r} twice; give each option once")
+        given.add(key)
+        options[key] = _option_value(value)
+    if name != "auto":
+        build_method(name, **options)
+    return name, options
+
+
+def _option_value(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 MAX_NEW_TOKENS = 2**20  # more positions than any model here has (Qwen2.5: 32,768)
@@ -120,14 +158,14 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
 
 
 def check_drafter_options(args) -> None:
-    """Refuse the draft model's options with ``--drafter prompt-lookup``, which loads no
-    draft model (it drafts from the prompt's n-grams): given, they would be ignored."""
-    if args.drafter != "prompt-lookup":
+    """Refuse the draft model's options with ``--drafter prompt-lookup`` or ``suffix``, which
+    load no draft model (they draft from the text): given, they would be ignored."""
+    if args.drafter not in ("prompt-lookup", "suffix"):
         return
     for flag, value in (("--draft", args.draft), ("--draft-precisions", args.draft_precisions)):
         if arguments.given(value):
             raise ValueError(f"{flag.lstrip('-').replace('-', '_')}: {flag} chooses the draft model, which "
-                             "--drafter prompt-lookup does not load (it drafts from the prompt's n-grams); "
+                             f"--drafter {args.drafter} does not load (it drafts from the text); "
                              f"leave {flag} out or use --drafter model")
 
 

@@ -56,7 +56,8 @@ PSEUDO_COUNT = 8.0  # weight of the prior in a(d, k), in verifications
 @dataclass(frozen=True)
 class Candidate:
     """A method the planner may choose: a name of ``engine.methods``, its options, and who
-    drafts it ("model": the draft model; "lookup": prompt lookup, whose drafts cost no forward)."""
+    drafts it ("model": the draft model; "lookup": prompt lookup and "suffix": suffix
+    decoding, whose drafts cost no forward)."""
 
     method: str
     options: tuple = ()
@@ -73,12 +74,18 @@ class Candidate:
         return self.build().name
 
 
-def default_candidates(max_depth: int = 8, lookup: bool = False) -> list[Candidate]:
+def default_candidates(max_depth: int = 8, lookup: bool = False, suffix: bool = False) -> list[Candidate]:
     """Autoregressive, chains γ = 1..``max_depth``, and budgeted sparse trees; with
-    ``lookup`` also prompt-lookup chains γ = 1..``max_depth``."""
+    ``lookup`` also prompt-lookup chains γ = 1..``max_depth``; with ``suffix`` also suffix
+    decoding's chains and its trees of 8, 16 and 32 nodes (``engine.suffix``)."""
     candidates = [Candidate("autoregressive")]
     if lookup:
         candidates += [Candidate("chain", (("gamma", gamma),), "lookup") for gamma in range(1, max_depth + 1)]
+    if suffix:
+        candidates += [Candidate("chain", (("gamma", gamma),), "suffix") for gamma in range(1, max_depth + 1)]
+        candidates += [Candidate("sparse", (("budget", budget), ("depth", max_depth), ("width", width),
+                                            ("max_children", 3)), "suffix")
+                       for budget, width in ((8, 2), (16, 3), (32, 4))]
     candidates += [Candidate("chain", (("gamma", gamma),)) for gamma in range(1, max_depth + 1)]
     for budget, depth, width in ((6, 4, 2), (8, 5, 2), (10, 6, 2), (12, 6, 3), (16, 6, 3), (16, 8, 2),
                                  (24, 8, 3), (32, 8, 4)):
