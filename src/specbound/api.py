@@ -26,6 +26,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -34,8 +35,9 @@ from specbound.checks import positive_int, seed_value, unicode_text
 from specbound.engine import RunStats, build_method
 from specbound.engine.assembly import assemble
 from specbound.engine.backends import BACKENDS, PREFILL_CHUNK, get_backend
+from specbound.engine.method_text import parse_method
 from specbound.engine.methods import method_options
-from specbound.engine.optimum import OptimumRecorder
+from specbound.engine.optimum import BUDGET as OPTIMUM_BUDGET
 from specbound.engine.pair import ModelPair, checked_device
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.engine.processing import Processing, Sampling
@@ -138,10 +140,12 @@ class Speculator:
                  top_k: int | None = None, top_p: float | None = None, method: str = "auto", seed: int = 0,
                  streamer=None, chat: bool = True, **method_options) -> Result:
         """Decode ``prompt`` (text, formatted with the chat template when ``chat``, or a list
-        of token ids as they are). ``method_options``: the options of ``method`` (none for
-        "auto"); any other keyword is refused, naming it."""
-        sampling, generator = check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer,
-                                            chat, method_options)
+        of token ids as they are). ``method``: "auto", a method's name, or its name with
+        options as the command line writes it ('chain:gamma=3'); ``method_options``: the
+        options of ``method`` as keywords (none for "auto"), each given once, in the text or
+        as a keyword; any other keyword is refused, naming it."""
+        request = check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer, chat,
+                                method_options)
         if isinstance(prompt, str):
             prompt_ids = self.pair.encode(prompt) if chat else self.pair.tokenize(prompt)
         else:
@@ -151,11 +155,11 @@ class Speculator:
                 raise ValueError(f"prompt: token ids must lie in [0, {self.pair.vocab_size}) (the models' vocabulary), "
                                  f"got {outside[0]}")
         check_context(len(prompt_ids), max_new_tokens, self.pair.max_positions)
-        decoder, plan = self.decoder_for(sampling, method, method_options)
+        decoder, plan = self.decoder_for(request.sampling, request.method, request.options)
         if self.progress and len(prompt_ids) > PREFILL_CHUNK:
             print(f"specbound: prefilling {len(prompt_ids):,} prompt tokens{self._prefill_estimate(len(prompt_ids))}",
                   file=sys.stderr)
-        generation = decoder.generate(prompt_ids, plan, max_new_tokens, generator, streamer=streamer)
+        generation = decoder.generate(prompt_ids, plan, max_new_tokens, request.generator, streamer=streamer)
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
         return Result(generation.tokens, text, generation.finish_reason, generation.stats, plan.describe())
 
@@ -163,11 +167,11 @@ class Speculator:
         """(decoder, plan) for the sampling settings ``sampling`` and ``method`` ("auto": the
         plan is a ``Planner``, kept with its acceptance estimates for the next calls;
         otherwise the built ``Method``); decode with ``decoder.generate(prompt_ids, plan,
-        ...)``. The decoder's ``Processing`` is made here, with the pair's vocabulary."""
-        if not isinstance(sampling, Sampling):
-            raise TypeError(f"sampling: expected a Sampling, got {type(sampling).__name__}")
-        options = options or {}
-        key = (sampling, method, tuple(sorted(options.items())))
+        ...)``. ``method`` and ``options`` as ``generate`` takes them: one decoder is kept
+        for each setting, however its method is written. The decoder's ``Processing`` is
+        made here, with the pair's vocabulary."""
+        key = self._key(sampling, method, options)
+        sampling, method, options = key[0], key[1], dict(key[2])
         if key not in self._decoders:
             processing = Processing.of(sampling, self.pair.vocab_size)
             built = method if method == "auto" else build_method(method, **options)
@@ -176,24 +180,23 @@ class Speculator:
                                  "prompt-lookup or suffix")
             # under auto without a draft model the planner chooses between plain decoding and prompt lookup
             self._decoders[key] = assemble(self.pair, processing, built, self.drafter or "model",
-                                           self.draft_precisions, self.cache_dir)
-            decoder = self._decoders[key][0]
-            decoder.optimum = OptimumRecorder()  # each request's acceptance beside α* (engine.optimum)
-            drafts = decoder.drafter.language_models if decoder.drafter is not None else []
-            for name, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
-                lm.prefill_progress = PrefillBar(f"prefill {name}") if self.progress else None
+                                           self.draft_precisions, self.cache_dir, optimum_budget=OPTIMUM_BUDGET,
+                                           prefill_progress=PrefillBar if self.progress else None)
         return self._decoders[key]
-
-    def release_decoder(self, sampling: Sampling, method: str = "auto", options: dict | None = None) -> None:
-        """Forget the decoder ``decoder_for`` keeps for these arguments (its caches and, for
-        "auto", its planner go with it); a later call builds a new one."""
-        self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
 
     def release_decoder(self, sampling: Sampling, method: str = "auto", options: dict | None = None) -> None:
         """Forget the decoder ``decoder_for`` keeps for these arguments (its caches and, under
         "auto", its planner's estimates); the next ``decoder_for`` builds a new one. No-op
         where none is kept."""
-        self._decoders.pop((sampling, method, tuple(sorted((options or {}).items()))), None)
+        self._decoders.pop(self._key(sampling, method, options), None)
+
+    @staticmethod
+    def _key(sampling: Sampling, method, options: dict | None) -> tuple:
+        """(sampling, method's name, its options sorted): what a kept decoder is found by."""
+        if not isinstance(sampling, Sampling):
+            raise TypeError(f"sampling: expected a Sampling, got {type(sampling).__name__}")
+        method, options = method_and_options(method, options or {})
+        return sampling, method, tuple(sorted(options.items()))
 
     def _prefill_estimate(self, tokens: int) -> str:
         """', at least about N s on this machine' for a prefill of ``tokens`` by both models,
@@ -261,42 +264,61 @@ def token_ids(prompt) -> list[int]:
     return [int(token) for token in prompt]
 
 
+def method_and_options(method, options: dict) -> tuple[str, dict]:
+    """``method`` — "auto", a method's name, or its name with options as the command line
+    writes it ('chain:gamma=3', ``engine.method_text``) — and the keyword ``options`` as
+    (name, options), checked and the method built: a keyword the method does not take is a
+    TypeError naming it, an option given both in the text and as a keyword a ValueError."""
+    if not isinstance(method, str):
+        raise TypeError(f"method: expected 'auto' or a method's name (str), got {type(method).__name__}")
+    name, *written = [part.strip() for part in method.split(":")]
+    taken = [] if name == "auto" else method_options(name)  # an unknown method: ValueError naming it
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise TypeError(f"{unknown[0]}: generate() takes no argument {unknown[0]!r}, and method {name!r} takes "
+                        + (f"no such option (its options: {', '.join(taken)})" if taken else "no options"))
+    twice = sorted({pair.partition("=")[0].strip() for pair in written} & set(options))
+    if twice:
+        raise ValueError(f"{twice[0]}: given twice, in method={method!r} and as {twice[0]}={options[twice[0]]!r}; "
+                         "give each option once")
+    return parse_method(method, options)
+
+
+class Request(NamedTuple):
+    sampling: Sampling
+    generator: torch.Generator  # seeded with the request's seed
+    method: str  # "auto" or a method's name
+    options: dict  # the method's options, from its text and the keywords
+
+
 def check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer, chat,
-                  options: dict) -> tuple[Sampling, torch.Generator]:
+                  options: dict) -> Request:
     """Every argument of one ``generate`` call, checked before anything is encoded or
-    loaded: (its sampling settings, the generator seeded with ``seed``). A TypeError or
-    ValueError names the argument at fault; ``options`` are the method's (none for "auto")."""
+    loaded. A TypeError or ValueError names the argument at fault; ``options`` are the
+    method's keywords (none for "auto"; ``method_and_options``)."""
     if isinstance(prompt, str):
         unicode_text("prompt", prompt)
     else:
         token_ids(prompt)
     positive_int("max_new_tokens", max_new_tokens)
     sampling = Sampling(temperature, top_k, top_p)
-    if not isinstance(method, str):
-        raise TypeError(f"method: expected 'auto' or a method's name (str), got {type(method).__name__}")
-    taken = [] if method == "auto" else method_options(method)  # an unknown method: ValueError naming it
-    unknown = sorted(set(options) - set(taken))
-    if unknown:
-        raise TypeError(f"{unknown[0]}: generate() takes no argument {unknown[0]!r}, and method {method!r} takes "
-                        + (f"no such option (its options: {', '.join(taken)})" if taken else "no options"))
-    if method != "auto":
-        build_method(method, **options)
+    method, options = method_and_options(method, options)
     seed = seed_value("seed", seed)
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
         raise TypeError(f"streamer: expected an object with put() and end() (transformers' streamer interface), got "
                         f"{type(streamer).__name__}")
     if not isinstance(chat, bool):
         raise TypeError(f"chat: expected True or False, got {chat!r}")
-    return sampling, torch.Generator().manual_seed(seed)
+    return Request(sampling, torch.Generator().manual_seed(seed), method, options)
 
 
 class PrefillBar:
-    """A progress bar on standard error for a prefill in chunks, told (tokens done,
-    tokens) after each (``CausalLM.prefill_progress``): opened at the first, closed at the
-    last."""
+    """A progress bar on standard error for a prefill in chunks of the model of ``role``
+    ("target", "draft"), told (tokens done, tokens) after each (``CausalLM.prefill_progress``):
+    opened at the first, closed at the last."""
 
-    def __init__(self, label: str):
-        self.label = label
+    def __init__(self, role: str):
+        self.label = f"prefill {role}"
         self.bar = None
 
     def __call__(self, done: int, total: int) -> None:

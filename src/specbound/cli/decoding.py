@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from specbound import arguments
 from specbound.engine.backends import CHOICES as BACKENDS
+from specbound.engine.method_text import parse_method  # noqa: F401  (serve and audit read it here)
 from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
 from specbound.models import DTYPES
 
@@ -68,44 +69,6 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
     sampling.add_argument("--max-new-tokens", type=arguments.integer(1, MAX_NEW_TOKENS), default=max_new_tokens,
                           help=f"tokens to generate at most (default {max_new_tokens}; at most {MAX_NEW_TOKENS:,}, "
                           "more positions than any model has)")
-
-
-def parse_method(text: str, defaults: dict | None = None, option: str = "method") -> tuple[str, dict]:
-    """'auto', 'chain', 'chain:gamma=4', 'sparse:budget=12:depth=6:verifier=greedy' ->
-    (name, options); values are ints where they parse as ints, floats where they parse as
-    floats. ``defaults`` fill the options the text leaves out (those the method takes and
-    that are not None); messages name ``option``. Every value is checked, and the method
-    built, before any model loads."""
-    from specbound.engine.methods import METHODS, build_method, method_options
-
-    name, *pairs = [part.strip() for part in text.split(":")]
-    if name != "auto" and name not in METHODS:
-        raise ValueError(f"{option}: unknown method {name!r}; choose auto or one of {sorted(METHODS)}")
-    taken = [] if name == "auto" else method_options(name)
-    options = {key: value for key, value in (defaults or {}).items() if key in taken and value is not None}
-    given = set()
-    for pair in pairs:
-        key, separator, value = pair.partition("=")
-        if not separator or not key:
-            raise ValueError(f"{option}: expected KEY=VALUE after {name!r}, got {pair!r}")
-        if key not in taken:
-            raise ValueError(f"{option}: {name!r} takes no option {key!r}")
-        if key in given:
-            raise ValueError(f"{option}: {text!r} gives {key!r} twice; give each option once")
-        given.add(key)
-        options[key] = _option_value(value)
-    if name != "auto":
-        build_method(name, **options)
-    return name, options
-
-
-def _option_value(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
 
 
 MAX_NEW_TOKENS = 2**20  # more positions than any model here has (Qwen2.5: 32,768)

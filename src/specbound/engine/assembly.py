@@ -13,6 +13,13 @@ draft model's (``ModelDrafter``), prompt lookup's (``PromptLookupDrafter``), bot
   lookup, whose drafts cost no forward. The draft runs each forward at the precision of
   ``draft_precisions`` its backend runs (``Backend.precisions``: on torch on the CPU, its
   int8/int4 copies, kept in the cache) measured fastest for its rows.
+
+What a caller wants of the decoder is given here, not set on it afterwards: the budget of
+its ``OptimumRecorder`` (``engine.optimum``; 0, the default, records nothing; with a budget
+the recorder warms up every verifier the schedule may run, so their first computation —
+compiling their loops — happens before decoding), and the progress of its language models'
+chunked prefills (``prefill_progress``: a function of the model's role, "target" or "draft",
+giving what the model reports its chunks to, or None).
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import NamedTuple
 from specbound.engine.costs import CostBook
 from specbound.engine.decode import Decoder
 from specbound.engine.drafters import DrafterChoice, ModelDrafter, PromptLookupDrafter
-from specbound.engine.methods import Method, Schedule
+from specbound.engine.methods import Budget, Method, Schedule
+from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.pair import ModelPair
 from specbound.engine.planner import Planner, default_candidates
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
@@ -41,26 +49,55 @@ class Assembly(NamedTuple):
 
 def assemble(pair: ModelPair, processing: Processing, method: Method | str = "auto", drafter: str = "model",
              draft_precisions=PRECISIONS, cache_dir=None, stop_at_eos: bool = True, candidates=None,
+             optimum_budget: float = 0.0, prefill_progress=None,
              suffix_history: SuffixHistory | None = None) -> Assembly:
     """The decoder of ``pair`` with ``processing`` and its schedule (module docstring):
     ``method`` a built ``Method`` (drafting with ``drafter``, "model" or "prompt-lookup",
     when it drafts) or "auto" (a planner over ``candidates``, default
     ``planner.default_candidates(lookup=True)``; costs and quantised copies kept under
-    ``cache_dir``). ``stop_at_eos``: end a sequence at the pair's EOS tokens. With
-    ``drafter="suffix"`` (suffix decoding, ``engine.suffix``; under "auto" a candidate beside
-    the others) the drafts come from ``suffix_history`` (default a new one), which every
-    finished sequence's output joins."""
+    ``cache_dir``). ``stop_at_eos``: end a sequence at the pair's EOS tokens;
+    ``optimum_budget``, ``prefill_progress``: what the decoder records and reports (module
+    docstring). With ``drafter="suffix"`` (suffix decoding, ``engine.suffix``; under "auto" a
+    candidate beside the others) the drafts come from ``suffix_history`` (default a new
+    one), which every finished sequence's output joins.
+    """
     eos = pair.eos_token_ids if stop_at_eos else ()
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter: expected one of {list(DRAFTERS)}, got {drafter!r}")
     suffix = SuffixDrafter(pair.vocab_size, suffix_history, device=pair.device) if drafter == "suffix" else None
     if method == "auto":
-        return _auto(pair, processing, draft_precisions, cache_dir, eos, candidates, suffix)
+        decoder, planner = _auto(pair, processing, draft_precisions, cache_dir, eos, candidates, suffix)
+        methods = [candidate.build() for candidate in planner.candidates]
+        return Assembly(_equipped(decoder, methods, optimum_budget, prefill_progress), planner)
     if not isinstance(method, Method):
         raise TypeError(f"method: expected a Method or 'auto', got {type(method).__name__}")
     target = pair.backend.language_model(pair.target, pair.target_twin)
-    return Assembly(Decoder(target, (suffix or _drafter(pair, processing, drafter)) if method.depth else None,
-                            processing, eos), method)
+    decoder = Decoder(target, (suffix or _drafter(pair, processing, drafter)) if method.depth else None, processing,
+                      eos)
+    return Assembly(_equipped(decoder, [method], optimum_budget, prefill_progress), method)
+
+
+def _equipped(decoder: Decoder, methods: list[Method], optimum_budget: float, prefill_progress) -> Decoder:
+    """``decoder`` as it leaves ``assemble``: its recorder with ``optimum_budget``, warmed up
+    for every per-node verifier of ``methods``, and its language models reporting their
+    prefill chunks to ``prefill_progress(role)`` (module docstring)."""
+    decoder.optimum = OptimumRecorder(optimum_budget)
+    decoder.optimum.warm_up(node for method in methods for node in _verified_nodes(method))
+    drafts = decoder.drafter.language_models if decoder.drafter is not None else []
+    for role, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
+        lm.prefill_progress = prefill_progress(role) if prefill_progress is not None else None
+    return decoder
+
+
+def _verified_nodes(method: Method):
+    """(verifier, number of drafts) of every node ``method`` may verify token by token."""
+    if method.tree_verifier is not None:
+        return
+    for depth in range(method.depth):
+        counts = (range(1, method.shape.max_children + 1) if isinstance(method.shape, Budget)
+                  else [method.shape.branching[depth]])
+        for num_drafts in counts:
+            yield method.verifier_at(depth, num_drafts), num_drafts
 
 
 def _drafter(pair: ModelPair, processing: Processing, drafter: str):
@@ -71,8 +108,8 @@ def _drafter(pair: ModelPair, processing: Processing, drafter: str):
     return ModelDrafter(pair.backend.language_model(pair.draft, pair.draft_twin), processing)
 
 
-def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, eos, candidates,
-          suffix: SuffixDrafter | None) -> Assembly:
+def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, eos,
+          candidates, suffix: SuffixDrafter | None) -> tuple[Decoder, Planner]:
     backend, device = pair.backend, pair.device
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     book = CostBook(cache / "costs.json")
@@ -95,4 +132,4 @@ def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, 
     if pair.draft is not None:
         draft = backend.language_model(pair.draft, pair.draft_twin, variants)
         drafters["model"] = ModelDrafter(draft, processing, planner.variant_for_rows)
-    return Assembly(Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner)
+    return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner
