@@ -2,11 +2,12 @@
 
     from specbound.audit import audit
     result = audit(sampler, reference, prompts, temperature=0.7, max_new_tokens=32, samples=512)
-    result.passed, result.p_value, result.detectable_tv, result.positions
+    result.verdict, result.p_value, result.detectable_tv, result.rounding, result.to_json()
 
 ``audit.auditor`` runs it, ``audit.pit`` holds its tests and their proofs, ``audit.reference``
-scores with the reference model, ``audit.samplers`` wraps engines as samplers, and
-``audit.tolerances`` says how far a correct engine's rows may round. The names below load on
+scores with the reference model, ``audit.samplers`` wraps engines as samplers,
+``audit.tolerances`` says how far a correct engine's rows may round and how the auditor
+measures it, and ``audit.zoo`` reproduces published bugs as samplers. The names below load on
 first use: the command line reads the tolerances without loading torch.
 """
 
@@ -14,8 +15,11 @@ from specbound.lazy import lazy_attributes
 
 _HOMES = {
     "AuditResult": "specbound.audit.auditor",
+    "MeasuredRounding": "specbound.audit.tolerances",
     "PositionStat": "specbound.audit.auditor",
     "audit": "specbound.audit.auditor",
+    "samples_to_detect": "specbound.audit.auditor",
+    "strict_json": "specbound.audit.auditor",
     "ROW_TOLERANCE": "specbound.audit.tolerances",
     "TOLERANCE": "specbound.audit.tolerances",
 }

@@ -292,17 +292,23 @@ def _verdict(p_value: float, level: float, scored: int, detectable: float, sharp
 
 
 def _needed_samples(samples: int, max_new_tokens: int, scored: int, tolerance: float, level: float) -> int | None:
-    """The least sample count, each sample scoring ``scored``/``samples`` positions as these
-    did, whose audit detects a per-position TV of ``NEEDED_TV`` (None: none does)."""
-    per_sample = scored / samples
+    """``needed_samples`` (module docstring): ``samples_to_detect`` of ``NEEDED_TV``."""
+    return samples_to_detect(NEEDED_TV, max_new_tokens, scored / samples, tolerance, level)
 
+
+def samples_to_detect(tv: float, max_new_tokens: int, scored_per_sample: float, tolerance: float,
+                      level: float) -> int | None:
+    """The least sample count whose audit at ``level`` has ``detectable_tv`` ≤ ``tv``, each
+    sample scoring ``scored_per_sample`` of its ``max_new_tokens`` positions (None: none has,
+    the tolerance being too wide)."""
     def detects(count: int) -> bool:
-        return _detectable_tv(count * max_new_tokens, max(1, round(count * per_sample)), tolerance, level) <= NEEDED_TV
+        scored = max(1, round(count * scored_per_sample))
+        return _detectable_tv(count * max_new_tokens, scored, tolerance, level) <= tv
 
-    high = samples
+    high = 1
     while not detects(high):
         high *= 2
-        if high > 1 << 40:
+        if high > 1 << 50:
             return None
     low = high // 2
     while high - low > 1:

@@ -1,0 +1,352 @@
+"""The zoo: speculative steps as engines in the field wrote them, each with its published bug
+— or, for two, a rule claimed lossy that is not — as samplers the auditor can audit, with
+each case's exact law of a step's first token.
+
+p = target, q = draft (SPEC.md §0). A step starts at a context, drafts up to γ tokens (no
+further than the tokens still wanted), verifies them and emits at least one token. Laws come
+from ``Laws``: the processed next-token laws of a pair at every context the samplers reach.
+The cases (``CASES``, by name; ``lossless`` says which must pass):
+
+- ``speculative``: speculative sampling (SPEC.md §1): accept x with min(1, p(x)/q(x)), after a
+  rejection draw from norm((p − q)+), a bonus token from p after γ acceptances. Lossless.
+- ``q_mismatch`` (transformers #47932): drafts drawn from q with top-k, the ratio and the
+  residual computed with the draft's law without top-k (temperature only).
+- ``shared_noise`` (vLLM #54282): the uniform that drew a draft by inverse CDF is the one the
+  acceptance test compares with p(x)/q(x).
+- ``argmax_as_sampled`` (dflash #74): drafts are the draft's argmax, verified as if drawn from q.
+- ``bf16_drafts`` (DeepSpec #31): drafts drawn from the law of the draft's logits rounded to
+  bfloat16, the ratio and the residual computed from its float32 logits.
+- ``greedy_verification`` (SGLang #31214): at T > 0 a draft is accepted iff it is the target's
+  argmax, and the argmax is emitted after a rejection and as the bonus.
+- ``ignored_processors`` (SGLang #10617): the audited law applies min_p and logit_bias
+  (``Processors``); under speculation the verifier uses the law without them.
+- ``static_ensemble`` (transformers PR #45979): verification against w·p + (1 − w)·q,
+  w = ``ENSEMBLE_WEIGHT``: lossy by design.
+- ``exact_match`` (mlx-swift-lm #459, claimed lossy): the target samples y from p at each
+  drafted position and the draft is accepted iff it equals y; y is emitted otherwise. Lossless:
+  the emitted token is y either way.
+- ``point_mass_drafts`` (EAGLE #221, claimed lossy): the draft's ``POINT_MASS_CANDIDATES``
+  most likely tokens, deterministic, verified in turn with q the point mass on each: accept
+  c with the residual target's probability of c, else remove c and renormalise. Lossless:
+  recursive rejection sampling with point-mass drafts.
+
+``first_token_law(case, laws, context)`` is the law of a step's first token at ``context``
+(every sample's first token, and every later step's), by the formula of the step, and
+``first_token_tv`` its TV from the audited law p.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specbound.engine.processing import Processing
+
+GAMMA = 3  # drafts per step
+ENSEMBLE_WEIGHT = 0.85  # w of the static ensemble
+POINT_MASS_CANDIDATES = 2  # deterministic drafts per position of ``point_mass_drafts``
+
+
+@dataclass(frozen=True)
+class Processors:
+    """Logits processors beyond temperature, top-k and top-p, applied to the raw logits before
+    the audited ``Processing``: ``logit_bias`` added (token -> bias), then tokens whose
+    probability at ``temperature`` is below ``min_p`` times the largest removed."""
+
+    temperature: float
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """# [rows, vocab] -> [rows, vocab]"""
+        logits = logits.clone()
+        for token, bias in self.logit_bias:
+            logits[:, token] += bias
+        if self.min_p > 0:
+            probs = torch.softmax(logits.double() / self.temperature, dim=-1)
+            logits = logits.masked_fill(probs < self.min_p * probs.amax(dim=-1, keepdim=True), -torch.inf)
+        return logits
+
+
+class ProcessedLM:
+    """A language model of the engine's protocol whose logits pass through ``processors``: the
+    auditor's reference for a law with processors its ``Processing`` does not hold."""
+
+    def __init__(self, language_model, processors: Callable[[torch.Tensor], torch.Tensor]):
+        self.language_model = language_model
+        self.processors = processors
+        self.model = getattr(language_model, "model", None)
+
+    @property
+    def logits_size(self) -> int:
+        return self.language_model.logits_size
+
+    @property
+    def max_positions(self):
+        return self.language_model.max_positions
+
+    def reset(self, batch_size: int = 1, cells: int | None = None) -> None:
+        self.language_model.reset(batch_size, cells)
+
+    def prefill(self, row: int, token_ids) -> torch.Tensor:
+        return self.processors(self.language_model.prefill(row, token_ids).float())
+
+    def score(self, entries):
+        scores, processors = self.language_model.score(entries), self.processors
+
+        class Scores:
+            def logits(self, row: int = 0, chosen=None) -> torch.Tensor:
+                return processors(scores.logits(row, chosen).float())
+        return Scores()
+
+    def commit(self, paths) -> None:
+        self.language_model.commit(paths)
+
+
+class Laws:
+    """The laws the samplers use at each context (a tuple of token ids, prompt included), from
+    ``logits(contexts) -> [rows, vocab]`` of the target and the draft (raw logits), kept:
+    ``target`` (the audited law: ``processors`` then ``processing``), ``target_plain`` (the
+    processing alone), ``draft`` (processing), ``draft_plain`` (temperature alone) and
+    ``draft_bf16`` (processing of the logits rounded to bfloat16). ``prefetch`` scores every
+    context up to a depth in one call per prompt."""
+
+    KINDS = ("target", "target_plain", "draft", "draft_plain", "draft_bf16")
+
+    def __init__(self, target_logits, draft_logits, processing: Processing, processors=None):
+        self.target_logits, self.draft_logits = target_logits, draft_logits
+        self.processing = processing
+        self.plain = Processing(processing.temperature, vocab_size=processing.vocab_size)
+        self.processors = processors
+        self._laws: dict[tuple, dict[str, np.ndarray]] = {}
+
+    def __call__(self, context, kind: str = "target") -> np.ndarray:
+        """The law of ``kind`` at ``context``.  # -> [vocab] float64"""
+        context = tuple(context)
+        if context not in self._laws:
+            self._add([context])
+        return self._laws[context][kind]
+
+    def prefetch(self, prompt: list[int], depth: int, vocab: int) -> None:
+        """Every context of ``prompt`` and up to ``depth`` tokens after it."""
+        contexts = [tuple(prompt) + tail for length in range(depth + 1)
+                    for tail in itertools.product(range(vocab), repeat=length)]
+        self._add([context for context in contexts if context not in self._laws])
+
+    def _add(self, contexts: list[tuple]) -> None:
+        target, draft = self.target_logits(contexts).float(), self.draft_logits(contexts).float()
+        processed = self.processors(target) if self.processors is not None else target
+        laws = {"target": self._normalised(self.processing.probs(processed)),
+                "target_plain": self._normalised(self.processing.probs(target)),
+                "draft": self._normalised(self.processing.probs(draft)),
+                "draft_plain": self._normalised(self.plain.probs(draft)),
+                "draft_bf16": self._normalised(self.processing.probs(draft.bfloat16().float()))}
+        for index, context in enumerate(contexts):
+            self._laws[context] = {kind: rows[index] for kind, rows in laws.items()}
+
+    @staticmethod
+    def _normalised(probs: torch.Tensor) -> np.ndarray:
+        rows = probs.double().numpy()
+        return rows / rows.sum(axis=1, keepdims=True)
+
+
+def lm_logits(language_model) -> Callable[[list[tuple]], torch.Tensor]:
+    """``logits(contexts)`` of a language model of the engine's protocol: each context
+    prefilled alone, its last row.  # -> [len(contexts), logits]"""
+    def logits(contexts: list[tuple]) -> torch.Tensor:
+        rows = []
+        for context in contexts:
+            language_model.reset(1, cells=len(context) + 1)
+            rows.append(language_model.prefill(0, list(context))[-1].float())
+        return torch.stack(rows)
+    return logits
+
+
+def draw(probs: np.ndarray, uniform: float) -> int:
+    """The token of ``probs`` at ``uniform`` by inverse CDF.  # [vocab] -> int"""
+    return min(int(np.searchsorted(np.cumsum(probs), uniform, side="right")), probs.size - 1)
+
+
+def _accept_probability(target_probs: np.ndarray, ratio_probs: np.ndarray, token: int) -> float:
+    """min(1, p(x)/q(x)), 1 where q(x) = 0 < p(x)."""
+    if ratio_probs[token] <= 0:
+        return 1.0 if target_probs[token] > 0 else 0.0
+    return min(1.0, target_probs[token] / ratio_probs[token])
+
+
+def _residual(target_probs: np.ndarray, ratio_probs: np.ndarray) -> np.ndarray:
+    """norm((p − q)+), p itself where that is empty."""
+    residual = np.maximum(target_probs - ratio_probs, 0.0)
+    return residual / residual.sum() if residual.sum() > 0 else target_probs
+
+
+def _speculative_step(laws: Laws, context: list[int], gamma: int, rng, target: str = "target",
+                      drawn: str = "draft", ratio: str = "draft", shared_noise: bool = False,
+                      argmax_drafts: bool = False, ensemble: float | None = None) -> list[int]:
+    """One step of speculative sampling against the law ``target`` (an ``ensemble`` w·p + (1 − w)·q
+    where given): drafts from ``drawn`` (its argmax with ``argmax_drafts``), the ratio and the
+    residual from ``ratio``; ``shared_noise``: the draft's uniform decides its acceptance too."""
+    def target_law(at):
+        law = laws(at, target)
+        return law if ensemble is None else ensemble * law + (1 - ensemble) * laws(at, ratio)
+
+    drafts, uniforms = [], []
+    for _ in range(gamma):
+        law = laws(context + drafts, drawn)
+        uniform = rng.random()
+        drafts.append(int(np.argmax(law)) if argmax_drafts else draw(law, uniform))
+        uniforms.append(uniform)
+    emitted = []
+    for token, uniform in zip(drafts, uniforms):
+        here = context + emitted
+        target_probs, ratio_probs = target_law(here), laws(here, ratio)
+        if (uniform if shared_noise else rng.random()) < _accept_probability(target_probs, ratio_probs, token):
+            emitted.append(token)
+            continue
+        return emitted + [draw(_residual(target_probs, ratio_probs), rng.random())]
+    return emitted + [draw(target_law(context + emitted), rng.random())]
+
+
+def _greedy_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
+    """Greedy verification at T > 0: a sampled draft is kept iff it is the target's argmax."""
+    drafts = []
+    for _ in range(gamma):
+        drafts.append(draw(laws(context + drafts, "draft"), rng.random()))
+    emitted = []
+    for token in drafts:
+        best = int(np.argmax(laws(context + emitted, "target")))
+        emitted.append(best)
+        if token != best:
+            return emitted
+    return emitted + [int(np.argmax(laws(context + emitted, "target")))]
+
+
+def _exact_match_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
+    """Exact-match verification: the target samples its own token at each drafted position."""
+    drafts = []
+    for _ in range(gamma):
+        drafts.append(draw(laws(context + drafts, "draft"), rng.random()))
+    emitted = []
+    for token in drafts:
+        sampled = draw(laws(context + emitted, "target"), rng.random())
+        emitted.append(sampled)
+        if token != sampled:
+            return emitted
+    return emitted + [draw(laws(context + emitted, "target"), rng.random())]
+
+
+def _point_mass_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
+    """Deterministic top drafts per position, each verified with q its point mass."""
+    emitted = []
+    for _ in range(gamma):
+        here = context + emitted
+        residual = laws(here, "target").copy()
+        candidates = np.argsort(-laws(here, "draft"), kind="stable")[:POINT_MASS_CANDIDATES]
+        for candidate in candidates:
+            if residual.sum() > 0 and rng.random() < residual[candidate] / residual.sum():
+                emitted.append(int(candidate))
+                break
+            residual[candidate] = 0.0
+        else:
+            return emitted + [draw(residual / residual.sum(), rng.random())]
+    return emitted + [draw(laws(context + emitted, "target"), rng.random())]
+
+
+STEPS: dict[str, Callable] = {
+    "speculative": _speculative_step,
+    "q_mismatch": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, ratio="draft_plain"),
+    "shared_noise": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, shared_noise=True),
+    "argmax_as_sampled": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
+                                                                             argmax_drafts=True),
+    "bf16_drafts": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, drawn="draft_bf16"),
+    "greedy_verification": _greedy_step,
+    "ignored_processors": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
+                                                                              target="target_plain"),
+    "static_ensemble": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
+                                                                           ensemble=ENSEMBLE_WEIGHT),
+    "exact_match": _exact_match_step,
+    "point_mass_drafts": _point_mass_step,
+}
+CASES = {  # name -> (published instance, lossless)
+    "speculative": ("speculative sampling (SPEC.md §1)", True),
+    "q_mismatch": ("transformers #47932", False),
+    "shared_noise": ("vLLM #54282", False),
+    "argmax_as_sampled": ("dflash #74", False),
+    "bf16_drafts": ("DeepSpec #31", False),
+    "greedy_verification": ("SGLang #31214", False),
+    "ignored_processors": ("SGLang #10617", False),
+    "static_ensemble": ("transformers PR #45979", False),
+    "exact_match": ("mlx-swift-lm #459", True),
+    "point_mass_drafts": ("EAGLE #221", True),
+}
+
+
+def zoo_sampler(case: str, laws: Laws, gamma: int = GAMMA):
+    """The auditor's ``sampler(prompt_ids, max_new_tokens, seed)`` of ``case``: steps until
+    ``max_new_tokens`` tokens, no step drafting past them."""
+    if case not in STEPS:
+        raise ValueError(f"case: expected one of {', '.join(STEPS)}, got {case!r}")
+    step = STEPS[case]
+
+    def sample(prompt, max_new_tokens, seed):
+        rng = np.random.default_rng(seed)
+        context = list(prompt)
+        while len(context) - len(prompt) < max_new_tokens:
+            context += step(laws, context, min(gamma, max_new_tokens - (len(context) - len(prompt)) - 1), rng)
+        return context[len(prompt):][:max_new_tokens]
+    return sample
+
+
+def speculative_law(target_probs: np.ndarray, drawn_probs: np.ndarray, ratio_probs: np.ndarray) -> np.ndarray:
+    """The law of the first token of a speculative step: drafts drawn from ``drawn_probs``, the
+    ratio and the residual computed with ``ratio_probs`` (SPEC.md §1; lossless where the two
+    are one law).  # [vocab] x3 -> [vocab]"""
+    accepted = np.array([drawn_probs[token] * _accept_probability(target_probs, ratio_probs, token)
+                         for token in range(target_probs.size)])
+    return accepted + (1 - accepted.sum()) * _residual(target_probs, ratio_probs)
+
+
+def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
+    """The exact law of a step's first token at ``context`` (module docstring).  # -> [vocab]"""
+    context = list(context)
+    target, draft = laws(context, "target"), laws(context, "draft")
+    if case in ("speculative", "exact_match"):
+        return speculative_law(target, draft, draft)
+    if case == "q_mismatch":
+        return speculative_law(target, draft, laws(context, "draft_plain"))
+    if case == "bf16_drafts":
+        return speculative_law(target, laws(context, "draft_bf16"), draft)
+    if case == "ignored_processors":
+        return speculative_law(laws(context, "target_plain"), draft, draft)
+    if case == "static_ensemble":
+        mixed = ENSEMBLE_WEIGHT * target + (1 - ENSEMBLE_WEIGHT) * draft
+        return speculative_law(mixed, draft, draft)
+    if case == "argmax_as_sampled":
+        point = np.zeros_like(draft)
+        point[int(np.argmax(draft))] = 1.0
+        return speculative_law(target, point, draft)
+    if case == "greedy_verification":
+        point = np.zeros_like(target)
+        point[int(np.argmax(target))] = 1.0
+        return point
+    if case == "shared_noise":
+        cumulative = np.cumsum(draft)
+        accepted = np.array([max(0.0, min(cumulative[token], _accept_probability(target, draft, token))
+                                 - (cumulative[token] - draft[token])) for token in range(draft.size)])
+        return accepted + (1 - accepted.sum()) * _residual(target, draft)
+    if case == "point_mass_drafts":
+        law, residual = np.zeros_like(target), target.copy()
+        for candidate in np.argsort(-draft, kind="stable")[:POINT_MASS_CANDIDATES]:
+            law[candidate] += (1 - law.sum()) * residual[candidate] / residual.sum()
+            residual[candidate] = 0.0
+        return law + (1 - law.sum()) * residual / residual.sum()
+    raise ValueError(f"case: expected one of {', '.join(STEPS)}, got {case!r}")
+
+
+def first_token_tv(case: str, laws: Laws, context) -> float:
+    """TV between ``first_token_law`` and the audited law at ``context``."""
+    return float(0.5 * np.abs(first_token_law(case, laws, context) - laws(context, "target")).sum())
