@@ -142,10 +142,12 @@ def test_suffix_trees_drawn_in_random_order_reach_the_optimum_on_average(name, t
     assert abs(differences.mean()) < 4 * differences.std(ddof=1) / np.sqrt(len(differences))
 
 
-def test_a_verifier_of_independent_drafts_is_refused_where_the_tree_branches(target_model):
-    decoder = suffix_decoder(CausalLM(target_model), history_of(likely_outputs(target_model)))
-    with pytest.raises(ValueError, match="^method: suffix drafts"):
-        decoder.generate(PROMPT, build_method("tree", num_drafts=2, depth=2, verifier="kseq"), 3, torch.Generator())
+@pytest.mark.parametrize("name, options", [("tree", {"num_drafts": 2, "depth": 2, "verifier": "kseq"}),
+                                           ("sparse", {"budget": 4, "depth": 2, "verifier": "global_resolution"})])
+def test_a_verifier_of_independent_drafts_is_refused_before_any_token(name, options, target_model):
+    decoder = suffix_decoder(CausalLM(target_model), SuffixHistory())  # nothing to draft from: refused all the same
+    with pytest.raises(ValueError, match="^method: suffix drafts are a fixed set"):
+        decoder.generate(PROMPT, build_method(name, **options), 3, torch.Generator())
 
 
 def sample_sequences(decoder, method, batched):

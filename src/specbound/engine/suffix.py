@@ -210,6 +210,20 @@ def best_first(trie: dict, total: int, shape, depth: int) -> list[tuple[int, int
     return chosen
 
 
+def check_method(method) -> None:
+    """Refuse (ValueError naming ``method``) a method that may give a node several suffix
+    drafts under a scheme of independent draws: the children of a node are a fixed set, which
+    only a scheme of distinct tokens draws (module docstring)."""
+    shape = method.shape
+    for depth in range(method.depth):
+        several = shape.branching[depth] > 1 if isinstance(shape, Levels) else shape.max_children > 1
+        scheme = method.scheme_at(depth)
+        if several and not get_draft_scheme(scheme).needs_distinct_support:
+            raise ValueError(f"method: suffix drafts are a fixed set at each node; {method.name} draws {scheme}: "
+                             "verify them with a verifier whose drafts are distinct tokens "
+                             "(rrs_without_replacement, greedy, traversal)")
+
+
 class SuffixDrafter:
     """Suffix decoding's drafter (module docstring): drafts cost no forward, and its trees
     are drawn from point-mass-like count laws with the method's scheme.
@@ -240,6 +254,7 @@ class SuffixDrafter:
     def draft(self, contexts, method, depths, generators, processings=None) -> list[DraftTree]:
         """One tree per sequence below its last token, at most ``depths[b]`` deep; the
         drafts do not depend on the sampling, so ``processings`` changes nothing."""
+        check_method(method)
         self._rows += [None] * (len(contexts) - len(self._rows))  # rows that joined since
         trees = []
         for b, (context, depth) in enumerate(zip(contexts, depths)):
@@ -257,7 +272,7 @@ class SuffixDrafter:
             return tree
         total, trie = continuations(texts, context, depth, self.max_match, self.min_match, self.max_occurrences)
         planned = best_first(trie, total, method.shape, depth) if total else []
-        below: list[dict[int, int]] = [{} for _ in range(len(planned) + 1)]  # plan node -> {its children's token: count}
+        below: list[dict[int, int]] = [{} for _ in range(len(planned) + 1)]  # plan node -> {child's token: count}
         planned_index = {}  # (plan node, token) -> plan node of that child
         for node, (parent, token, count) in enumerate(planned, start=1):
             below[parent][token] = count
@@ -277,13 +292,9 @@ class SuffixDrafter:
 
     def _draws(self, scheme: str, counts: dict[int, int], draft_probs: torch.Tensor, generator) -> torch.Tensor:
         """The node's drafts: its one child as it is (a point mass draws it), else a draw of
-        all its children from q with ``scheme``, which must draw distinct tokens."""
+        all its children from q with ``scheme`` (distinct tokens: ``check_method``)."""
         if len(counts) == 1:
             return torch.tensor(list(counts), device=self.device)
-        if not get_draft_scheme(scheme).needs_distinct_support:
-            raise ValueError(f"method: suffix drafts are a fixed set at each node; verify them with a verifier "
-                             f"whose drafts are distinct tokens (rrs_without_replacement, greedy, traversal), not "
-                             f"one drawing {scheme}")
         return draw_drafts(scheme, len(counts), draft_probs, generator)
 
     def commit(self, trees, paths) -> None:
