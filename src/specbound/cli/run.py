@@ -5,9 +5,11 @@ built-in instructions, temperature 0.7, methods autoregressive, chain and auto (
 ``specbound.engine.planner``). Prints a table (tokens/s, speedup over autoregressive, tokens
 per target call, the acceptance measured, and beside it the verifier's exact acceptance and
 the optimum α* for the same drafts with their gap: means over the verified positions,
-``engine.optimum``), auto's plan with its predicted and measured tokens/s, writes
-one JSONL record per (prompt, method) as it finishes and a PNG plot, and prints the text
-generated for one prompt. Same seed, same tokens.
+``engine.optimum``; for a draft with another tokenizer also p(shared), the target's mass on
+the tokens both share, which bounds both: ``engine.vocabulary``), auto's plan with its
+predicted and measured tokens/s, writes one JSONL record per (prompt, method) as it
+finishes and a PNG plot, and prints the text generated for one prompt. Same seed, same
+tokens.
 """
 
 from __future__ import annotations
@@ -153,11 +155,16 @@ def run(args: argparse.Namespace) -> int:
     (output_dir / "summary.json").write_text(json.dumps({"options": vars_for_json(args), "methods": rows}, indent=2))
     print(f"{len(prompts)} prompts, up to {args.max_new_tokens} new tokens, temperature "
           f"{args.temperature}, seed {args.seed}, drafter {args.drafter}")
+    optimum_keys = ["expected_acceptance", "optimal_acceptance", "acceptance_gap"]
+    optimum_headers = ["exact", "optimum α*", "gap"]
+    if any((row["optimum"].get("shared_mass") or 1) < 1 for row in rows):  # a draft with another tokenizer
+        optimum_keys.append("shared_mass")
+        optimum_headers.append("p(shared)")
     print(format_table(
-        ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance", "exact", "optimum α*", "gap"],
+        ["method", "tokens", "tokens/s", "speedup", "tokens/target call", "acceptance", *optimum_headers],
         [[row["method"], row["tokens"], _shown(row["tokens_per_second"], 2), _shown(row["speedup"], 2, "×"),
           _shown(row["tokens_per_target_call"], 2), _shown(row["acceptance"], 3),
-          *(_shown(row["optimum"][key], 3) for key in ("expected_acceptance", "optimal_acceptance", "acceptance_gap"))]
+          *(_shown(row["optimum"][key], 3) for key in optimum_keys)]
          for row in rows],
     ))
     for row in rows:

@@ -37,6 +37,7 @@ from specbound.engine.planner import Planner, default_candidates
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 from specbound.engine.processing import Processing
 from specbound.engine.suffix import SuffixDrafter, SuffixHistory
+from specbound.engine.vocabulary import CrossTokenizerDrafter, RestrictedProcessing
 from specbound.paths import default_cache_dir
 
 DRAFTERS = ("model", "prompt-lookup", "suffix")
@@ -105,7 +106,16 @@ def _drafter(pair: ModelPair, processing: Processing, drafter: str):
         return PromptLookupDrafter(pair.vocab_size, device=pair.device)
     if pair.draft is None:
         raise ValueError("drafter: this pair was loaded without a draft model")
-    return ModelDrafter(pair.backend.language_model(pair.draft, pair.draft_twin), processing)
+    return _model_drafter(pair, pair.backend.language_model(pair.draft, pair.draft_twin), processing)
+
+
+def _model_drafter(pair: ModelPair, draft, processing: Processing, variant_for_rows=None):
+    """The draft model's drafter: a ``ModelDrafter``, restricted to the shared vocabulary
+    (``engine.vocabulary``) where the draft's tokenizer is not the target's."""
+    if pair.vocabulary is None:
+        return ModelDrafter(draft, processing, variant_for_rows)
+    restricted = RestrictedProcessing(processing, pair.vocabulary)
+    return CrossTokenizerDrafter(ModelDrafter(draft, restricted, variant_for_rows), pair.vocabulary)
 
 
 def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, eos,
@@ -131,5 +141,5 @@ def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, 
     drafters = {"lookup": PromptLookupDrafter(pair.vocab_size, device=device)} | ({"suffix": suffix} if suffix else {})
     if pair.draft is not None:
         draft = backend.language_model(pair.draft, pair.draft_twin, variants)
-        drafters["model"] = ModelDrafter(draft, processing, planner.variant_for_rows)
+        drafters["model"] = _model_drafter(pair, draft, processing, planner.variant_for_rows)
     return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner

@@ -359,7 +359,7 @@ class Decoder:
                 verdict = verifier.verify_torch(target_probs, tree.draft_probs[node][None], draft_tokens[None],
                                                 sequence.generator)
                 self.optimum.record(sequence.stats.optimum, verifier, target_probs, tree.draft_probs[node][None],
-                                    draft_tokens.shape[0])
+                                    draft_tokens.shape[0], tree.shared)
             token = int(verdict.tokens[0])
             emitted.append(token)
             child = tree.children[node].get(token)

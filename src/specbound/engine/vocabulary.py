@@ -131,9 +131,9 @@ class SharedVocabulary:
             if spelled in draft_by_bytes:
                 pairs[target_id] = draft_by_bytes[spelled]
         if not pairs:
-            raise ValueError(f"draft: its tokenizer shares no token with the target's ({len(draft_by_bytes)} draft "
-                             f"and {len(target_bytes)} target tokens compared by their bytes); it could draft "
-                             "nothing the target can accept")
+            raise ValueError(f"draft: the draft model's tokenizer shares no token with the target's "
+                             f"({len(draft_by_bytes)} draft and {len(target_bytes)} target tokens compared by their "
+                             "bytes), so it could draft nothing the target accepts; choose another --draft")
         target_eos, draft_eos = target_tokenizer.eos_token_id, draft_tokenizer.eos_token_id
         if target_eos is not None and draft_eos is not None and target_eos < target_size and draft_eos < draft_size:
             pairs = {target: draft for target, draft in pairs.items() if draft != draft_eos}
