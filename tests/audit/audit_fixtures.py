@@ -143,25 +143,40 @@ def prompts(count: int, vocab: int = VOCAB, seed: int = 0) -> list[list[int]]:
 
 
 class Endpoint:
-    """An OpenAI-compatible ``/v1/completions`` on a loopback port, answering with ``reply(body)``."""
+    """An OpenAI-compatible ``/v1/completions`` on a loopback port, answering with ``reply(body)``
+    (a JSON value, or bytes sent as they are); ``GET /v1/models`` lists ``models`` (404 when None)."""
 
-    def __init__(self, reply):
+    def __init__(self, reply, models: list[str] | None = None):
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                payload = json.dumps(outer.reply(body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                answer = outer.reply(body)
+                self._send(200, answer if isinstance(answer, bytes) else json.dumps(answer).encode())
+
+            def do_GET(self):
+                if self.path != "/v1/models" or outer.models is None:
+                    self._send(404, b'{"error": "not found"}')
+                    return
+                listed = {"object": "list", "data": [{"id": name, "object": "model"} for name in outer.models]}
+                self._send(200, json.dumps(listed).encode())
+
+            def _send(self, status: int, payload: bytes):
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped waiting (a timeout test)
+                    pass
 
             def log_message(self, *args):
                 pass
 
         self.reply = reply
+        self.models = models
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

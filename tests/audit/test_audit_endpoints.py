@@ -3,12 +3,14 @@ the request carries what that server needs to return token ids, the ids are read
 puts them, and a reply without them is refused naming ``endpoint``. (Ours is audited over real
 HTTP in ``tests/serve/test_serve_audit.py``; llama-server and vLLM are not installed here.)"""
 
+import inspect
 import json
+import time
 
 import pytest
 
 from audit_fixtures import Endpoint
-from specbound.audit.samplers import endpoint_sampler
+from specbound.audit.samplers import endpoint_address, endpoint_sampler, probe_endpoint
 
 EOS = 9
 REPLIES = {  # a server kind -> its /v1/completions reply holding the sampled ids [5, 6]
@@ -66,3 +68,66 @@ def test_a_reply_without_ids_is_refused_naming_endpoint(server, kind):
 def test_an_unreachable_endpoint_is_refused_naming_it():
     with pytest.raises(ValueError, match="^endpoint: cannot reach"):
         endpoint_sampler("http://127.0.0.1:9", "m", 0.7, timeout=5)([1], 2, 0)
+
+
+@pytest.mark.parametrize("reply, message", [
+    (b"\xff\xfe\x00garbage", "answered bytes that are not UTF-8 text, not JSON"),
+    (b"<html>busy</html>", "answered something that is not JSON"),
+    ({"choices": [{"finish_reason": "length"}], "specbound": {"token_ids": ["5", "6"]}},
+     'returned token ids holding str "5"; expected integers'),
+    ({"choices": [{"finish_reason": "length"}], "specbound": {"token_ids": [5, True]}},
+     "returned token ids holding bool true; expected integers"),
+    ({"choices": [{"finish_reason": "length"}], "specbound": {"token_ids": [[5, 6]]}},
+     "returned token ids holding list [5, 6]; expected integers"),
+])
+def test_a_reply_that_is_not_a_list_of_integer_ids_is_refused_saying_what_came(server, reply, message):
+    url, state = server
+    state["reply"] = reply
+    with pytest.raises(ValueError, match="^endpoint: ") as refusal:
+        endpoint_sampler(url, "m", 0.7)([1], 2, 0)
+    assert message in str(refusal.value)
+
+
+def test_a_request_waits_for_its_reply_no_longer_than_the_timeout():
+    endpoint = Endpoint(lambda body: time.sleep(3) or REPLIES["specbound"])
+    try:
+        started = time.perf_counter()
+        with pytest.raises(ValueError, match=r"^endpoint: .* did not answer within 0.5 s"):
+            endpoint_sampler(endpoint.url, "m", 0.7, timeout=0.5)([1], 2, 0)
+        assert time.perf_counter() - started < 2.5
+    finally:
+        endpoint.close()
+
+
+def test_the_default_request_timeout_is_a_minute():
+    assert inspect.signature(endpoint_sampler).parameters["timeout"].default == 60.0
+
+
+@pytest.mark.parametrize("url, message", [
+    ("http://", "names no host"), ("https://:8000", "names no host"), ("http://host:port", "is not a URL"),
+    ("http://host:0", "names port 0"), ("ftp://host", "expected an http:// or https:// URL"),
+])
+def test_a_url_that_names_no_endpoint_is_refused_without_a_connection(url, message):
+    with pytest.raises(ValueError, match="^endpoint: ") as refusal:
+        endpoint_address(url)
+    assert message in str(refusal.value)
+    with pytest.raises(ValueError, match="^endpoint: "):
+        endpoint_sampler(url, "m", 0.7)
+
+
+def test_the_probe_finds_an_endpoint_that_is_down_or_serves_another_model():
+    with pytest.raises(ValueError, match="^engine: cannot reach http://127.0.0.1:9/v1/models"):
+        probe_endpoint("http://127.0.0.1:9", "m", name="engine")
+    endpoint = Endpoint(lambda body: REPLIES["specbound"], models=["default-target"])
+    try:
+        probe_endpoint(endpoint.url, "default-target")
+        probe_endpoint(endpoint.url, "other", server="llama.cpp")  # llama-server ignores the model asked for
+        with pytest.raises(ValueError, match="^model: .* serves 'default-target', not 'specbound'"):
+            probe_endpoint(endpoint.url, "specbound")
+    finally:
+        endpoint.close()
+    without_models = Endpoint(lambda body: REPLIES["specbound"])  # GET /v1/models: 404
+    try:
+        probe_endpoint(without_models.url, "anything")
+    finally:
+        without_models.close()

@@ -13,13 +13,25 @@ ENGINE is one of
 The reference is ``--target`` run without speculation (a GGUF file on llama.cpp where
 llama-cpp-python is installed, or a Hugging Face folder), scoring every sampled token by
 teacher forcing (``specbound.audit``). ``--samples`` continuations of ``--max-new-tokens``
-tokens are drawn, spread over the prompts of ``--prompts``. The verdict, the p-value, the
-per-position TV and the error in temperature this many samples detect with probability 0.99,
-and the worst positions are printed; ``--output`` receives ``samples.jsonl`` (written as the samples come, under a
-``.partial`` name until the run ends), ``audit.json`` and ``audit.png``. Bad input (an
-unreachable endpoint, one that returns no token ids, a sampler that fails or returns ids
-outside the reference's vocabulary) ends with one line and status 2, leaving no partial file.
-The status is 0 when the engine passes and 3 when it fails.
+tokens are drawn, spread over the prompts of ``--prompts``, each request to an endpoint
+waiting ``--request-timeout`` seconds at most; the samples done, the time spent and the time
+left show on stderr as they come. The verdict is one of three:
+
+- passed (status 0): no test rejects at ``--level``, and the audit had the power to see a
+  per-position TV below 1;
+- failed (status 3): a test rejects; the engine's law is not its target's;
+- inconclusive (status 4): nothing was scored, or too little to detect any TV; the line says
+  why and what sample count would do.
+
+It is printed with the p-value, the tolerances (measured from the reference's own rounding
+unless given), the per-position TV and the error in temperature this many samples detect with
+probability 0.99, and the worst positions; ``--output`` receives ``samples.jsonl`` (written as
+the samples come, under a ``.partial`` name until the run ends), ``audit.json`` (strict JSON:
+null where a figure is undefined) and ``audit.png``. Bad input ends with one line naming the
+option and status 2, before any model loads where it can be seen then (the engine, the models'
+files, an endpoint's URL, whether it is up and serves ``--model``; ``--top-p`` below 1 with
+llama-cpp-python), and otherwise (an endpoint that stops answering, returns no token ids or
+ids outside the reference's vocabulary, a sampler that fails) leaving no partial file.
 """
 
 from __future__ import annotations
@@ -35,13 +47,17 @@ from specbound.cli.decoding import parse_method
 
 OTHER_ENGINES = ("llama-cpp-python:draft-model", "llama-cpp-python:prompt-lookup", "transformers:assisted")
 SERVERS = ("specbound", "llama.cpp", "vllm")
+KEY_VARIABLE = "SPECBOUND_API_KEY"
+STATUS = {"passed": 0, "failed": 3, "inconclusive": 4}  # by verdict (1 is an internal error, 2 bad input)
 
 
 def parse_engine(text: str) -> tuple[str, str, dict]:
     """(kind, name, options): ("specbound", METHOD, options), ("endpoint", URL, {}) or one of
     ``OTHER_ENGINES`` as (kind, mode, {}); ValueError naming ``engine``."""
     if text.startswith(("http://", "https://")):
-        return "endpoint", text, {}
+        from specbound.audit.samplers import endpoint_address
+
+        return "endpoint", endpoint_address(text, "engine"), {}
     if text.startswith("specbound:"):
         method, options = parse_method(text.removeprefix("specbound:"), option="engine")
         if method == "auto":
@@ -56,18 +72,56 @@ def parse_engine(text: str) -> tuple[str, str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    for option in ("level", "tolerance", "row_tolerance", "sharpness_tolerance", "variance_tolerance"):  # below 1
-        if getattr(args, option) is not None and getattr(args, option) >= 1:
-            raise ValueError(f"{option}: expected a number below 1, got {getattr(args, option):g}")
     kind, name, options = parse_engine(args.engine)
+    check_models(args, kind, name)
     from specbound.cli.inputs import prompt_set
     from specbound.cli.output import writable_folder
 
     texts = [prompt.text for prompt in prompt_set(args.prompts, args.limit, "--prompts")]
     folder = writable_folder(args.output, "--output")
+    if kind == "endpoint":
+        from specbound.audit.samplers import PROBE_TIMEOUT, probe_endpoint
+
+        probe_endpoint(name, served_model(args), args.server, os.environ.get(KEY_VARIABLE),
+                       min(args.request_timeout, PROBE_TIMEOUT), name="engine")
     sampler, reference, pair = build_engine(args, kind, name, options)
     prompt_ids = [pair.encode(text) for text in texts]
     return audit_and_report(args, sampler, reference, prompt_ids, pair.vocab_size, folder)
+
+
+def check_models(args, kind: str, name: str) -> None:
+    """Refuse, before anything loads, a model the engine needs that is no embedded model's
+    name, existing .gguf file or (but for llama-cpp-python) Hugging Face folder, and a
+    ``--top-p`` llama-cpp-python's sampler chain would apply with another law."""
+    gguf_only = kind == "llama-cpp-python"
+    needed = {"target": args.target}
+    if kind in ("specbound", "transformers") or name == "draft-model":
+        needed["draft"] = args.draft
+    for option, source in needed.items():
+        _check_source(option, source, gguf_only)
+    if gguf_only and args.top_p is not None and args.top_p < 1:
+        raise ValueError(f"top_p: llama-cpp-python's sampler chain applies the temperature after top-p, so its law "
+                         f"at --top-p {args.top_p:g} is not the one the reference scores; leave --top-p out")
+
+
+def _check_source(option: str, source: str, gguf_only: bool) -> None:
+    from specbound.models.gguf import EMBEDDED_GGUFS
+
+    path = Path(source)
+    if source in EMBEDDED_GGUFS or (source.strip() and path.suffix == ".gguf" and path.is_file()):
+        return
+    if not gguf_only and source.strip() and (path / "config.json").is_file():
+        return
+    forms = (f"an embedded model ({', '.join(EMBEDDED_GGUFS)}) or an existing .gguf file" if gguf_only else
+             f"an embedded model ({', '.join(EMBEDDED_GGUFS)}), an existing .gguf file or a Hugging Face folder "
+             "with a config.json")
+    raise ValueError(f"{option}: expected {forms} for --{option}, got {source!r}")
+
+
+def served_model(args) -> str:
+    """The model asked of an endpoint: ``--model``, else ``--target`` (the name ``serve``
+    gives its model unless told another)."""
+    return args.model if args.model is not None else args.target
 
 
 def build_engine(args, kind: str, name: str, options: dict):
@@ -88,8 +142,9 @@ def build_engine(args, kind: str, name: str, options: dict):
         return samplers.engine_sampler(decoder, method), pair_reference(speculator.pair), speculator.pair
     if kind == "endpoint":
         pair = load_pair(args.target, None, progress=progress, backend=_backend(args))
-        sampler = samplers.endpoint_sampler(name, args.model, args.temperature, args.top_k or 0, args.top_p or 1.0,
-                                            args.server, os.environ.get("SPECBOUND_API_KEY"), pair.eos_token_ids)
+        sampler = samplers.endpoint_sampler(name, served_model(args), args.temperature, args.top_k or 0,
+                                            args.top_p or 1.0, args.server, os.environ.get(KEY_VARIABLE),
+                                            pair.eos_token_ids, args.request_timeout)
         return sampler, pair.target, pair
     if kind == "transformers":
         import torch
@@ -121,7 +176,6 @@ TOLERANCE_OPTIONS = {  # the audit's tolerances (``audit.tolerances``), each as 
     "--variance-tolerance": "the sharpness test's excess of the score's second moment",
 }
 MAX_SAMPLES = 10**6  # the PIT values alone take samples × max-new-tokens × 8 bytes
-FAILED_STATUS = 3  # the audit ran and the engine failed it (1 is an internal error, 2 bad input)
 CONTEXT = 4096  # llama-cpp-python's context for its engines: prompt and new tokens
 
 
@@ -129,6 +183,24 @@ def _backend(args) -> str:
     from specbound.models.backends import resolve_backend
 
     return resolve_backend(args.backend, [args.target])
+
+
+def below_one(low_open: bool):
+    """An argparse type: a number in (0, 1) (``low_open``) or [0, 1), one message for every
+    value outside."""
+    interval = f"{'(' if low_open else '['}0, 1)"
+    parse = arguments.number(0.0, 1.0, low_open=low_open)
+
+    def check(text: str) -> float:
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError:
+            value = None
+        if value is None or value >= 1:
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got {text!r}")
+        return value
+
+    return check
 
 
 def audit_and_report(args, sampler, reference, prompt_ids, vocab_size: int, folder: Path) -> int:
@@ -161,62 +233,63 @@ def audit_and_report(args, sampler, reference, prompt_ids, vocab_size: int, fold
         if bar is not None:
             bar.close()
     partial.replace(folder / "samples.jsonl")
-    summary = summarize(args, result)
     staged = folder / "audit.json.partial"
-    staged.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    staged.write_text(json.dumps(summarize(args, result), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     staged.replace(folder / "audit.json")
     plot_audit(edges(), result.pooled.fractions, result.tolerance, [stat.p_value for stat in result.positions],
                result.level, folder / "audit.png", result.sharpness.sharpening, result.detectable_sharpening)
-    print(report(summary))
+    print(report(args, result))
     print(f"saved {folder / 'audit.json'}, {folder / 'audit.png'}, {folder / 'samples.jsonl'}")
-    return 0 if result.passed else FAILED_STATUS
+    return STATUS[result.verdict]
 
 
 def summarize(args, result) -> dict:
-    return {
-        "engine": args.engine, "target": args.target, "passed": result.passed, "p_value": result.p_value,
-        "level": result.level, "detectable_tv": result.detectable_tv, "tolerance": result.tolerance,
-        "row_tolerance": result.row_tolerance, "sharpness_tolerance": result.sharpness_tolerance,
-        "variance_tolerance": result.variance_tolerance, "detectable_sharpening": result.detectable_sharpening,
-        "samples": len(result.samples), "max_new_tokens": args.max_new_tokens,
-        "positions_scored": result.scored, "temperature": args.temperature, "top_k": args.top_k,
-        "top_p": args.top_p, "seed": args.seed, "prompts": args.prompts,
-        "pooled": {"p_value": result.pooled.p_value, "edge": result.pooled.edge, "fraction": result.pooled.fraction},
-        "shared_context": {"p_value": result.shared.p_value, "position": result.shared.position,
-                           "prompt": result.shared.prompt, "token": result.shared.token,
-                           "observed": result.shared.observed, "expected": result.shared.expected,
-                           "samples": result.shared.samples},
-        "sharpness": {"p_value": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
-                      "total": result.sharpness.total, "spread": result.sharpness.spread,
-                      "variance": result.sharpness.variance},
-        "worst_positions": [vars(stat) for stat in result.worst_positions()],
-        "seconds": result.seconds,
-    }
+    """audit.json: the command's settings and the result's figures (``AuditResult.to_dict``),
+    strict JSON (None where a figure is undefined)."""
+    from specbound.audit.auditor import strict_json
+
+    settings = {"engine": args.engine, "target": args.target, "max_new_tokens": args.max_new_tokens,
+                "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+                "prompts": args.prompts}
+    return strict_json(settings | result.to_dict())
 
 
-def report(summary: dict) -> str:
+def report(args, result) -> str:
     from specbound.cli.output import format_table
 
-    verdict = "PASSED" if summary["passed"] else "FAILED"
-    shared, sharpness = summary["shared_context"], summary["sharpness"]
+    heading = (f"{result.verdict.upper()}: {args.engine} against {args.target} at level {result.level:g}: "
+               f"{result.reason}")
+    if result.verdict == "inconclusive":
+        remedy = (f"about {result.needed_samples:,} samples (--samples) of these prompts and --max-new-tokens would "
+                  "detect a per-position TV of 0.5" if result.needed_samples is not None else
+                  "no sample count would do: the engine returned no tokens to score")
+        return f"{heading}\n{remedy} ({len(result.samples)} samples, {result.scored} positions scored)"
+    shared, sharpness = result.shared, result.sharpness
     lines = [
-        f"{verdict}: {summary['engine']} against {summary['target']} at level {summary['level']:g} "
-        f"(p = {summary['p_value']:.3g}; pooled {summary['pooled']['p_value']:.3g}, shared contexts "
-        f"{shared['p_value']:.3g}, sharpness {sharpness['p_value']:.3g})",
-        f"detects a per-position TV of {summary['detectable_tv']:.4f} with probability 0.99 "
-        f"({summary['samples']} samples, {summary['positions_scored']} positions scored; tolerance "
-        f"{summary['tolerance']:g} mean, {summary['row_tolerance']:g} per shared row)",
-        f"sampled tokens as if at temperature T/(1 {sharpness['sharpening']:+.3f}); detects an error of "
-        f"{summary['detectable_sharpening']:.3f} in temperature with probability 0.99 (tolerance "
-        f"{summary['sharpness_tolerance']:g} per unit of spread)",
+        heading,
+        f"p = {result.p_value:.3g} (pooled {result.pooled.p_value:.3g}, shared contexts {shared.p_value:.3g}, "
+        f"sharpness {sharpness.p_value:.3g}); {_detects(result.detectable_tv, 'a per-position TV of', '.4f')} "
+        f"({len(result.samples)} samples, {result.scored} positions scored; tolerance {result.tolerance:.3g} mean, "
+        f"{result.row_tolerance:.3g} per shared row)",
+        f"sampled tokens as if at temperature T/(1 {sharpness.sharpening:+.3f}); "
+        f"{_detects(result.detectable_sharpening, 'an error in temperature of', '.3f')} (tolerance "
+        f"{result.sharpness_tolerance:.3g} per unit of spread)",
         format_table(["position", "samples", "p (alone)", "edge", "share ≤ edge"],
-                     [[stat["position"], stat["scored"], f"{stat['p_value']:.3g}", f"{stat['edge']:.1f}",
-                       f"{stat['fraction']:.4f}"] for stat in summary["worst_positions"]]),
+                     [[stat.position, stat.scored, f"{stat.p_value:.3g}", f"{stat.edge:.1f}", f"{stat.fraction:.4f}"]
+                      for stat in result.worst_positions()]),
     ]
     return "\n".join(lines)
 
 
+def _detects(size: float, what: str, shape: str) -> str:
+    """What an audit detects with probability 0.99, or that it detects none of ``what`` up to 1."""
+    if size <= 1:
+        return f"detects {what} {size:{shape}} with probability 0.99"
+    return f"too few positions to detect {what} 1 or less"
+
+
 def register(subparsers) -> None:
+    from specbound.audit.samplers import REQUEST_TIMEOUT
     from specbound.cli.decoding import add_model_arguments, add_sampling_arguments
 
     parser = subparsers.add_parser("audit", help="test whether a speculative engine samples from its target's law",
@@ -229,17 +302,21 @@ def register(subparsers) -> None:
                         help=f"continuations in all, spread over the prompts (default 512, at most {MAX_SAMPLES:,})")
     parser.add_argument("--prompts", default="humaneval", help="a prompt set or file (default humaneval)")
     parser.add_argument("--limit", type=arguments.positive_int, default=8, help="prompts of the set (default 8)")
-    parser.add_argument("--level", type=arguments.number(0.0, 1.0, low_open=True), default=1e-3,
-                        help="the false-alarm rate at most (default 0.001)")
+    parser.add_argument("--level", type=below_one(low_open=True), default=1e-3,
+                        help="the false-alarm rate at most, in (0, 1) (default 0.001)")
     for option, meaning in TOLERANCE_OPTIONS.items():
-        parser.add_argument(option, type=arguments.number(0.0, 1.0), default=None,
-                            help=f"{meaning} a correct engine may show by rounding (default: what the reference's "
-                            "backend states, specbound.engine.backends.Rounding)")
+        parser.add_argument(option, type=below_one(low_open=False), default=None,
+                            help=f"{meaning} a correct engine may show by rounding, in [0, 1) (default: measured "
+                            "from the reference's own rounding, specbound.audit.tolerances)")
     parser.add_argument("--num-drafts", type=arguments.positive_int, default=4,
                         help="llama-cpp-python's tokens drafted per step (default 4)")
     parser.add_argument("--server", choices=SERVERS, default="specbound",
                         help="the endpoint's kind: where its replies hold the token ids (default specbound)")
-    parser.add_argument("--model", default="specbound", help="the model name sent to the endpoint")
+    parser.add_argument("--model", default=None,
+                        help="the model name sent to the endpoint (default: --target, the name specbound serve "
+                        "gives its model)")
+    parser.add_argument("--request-timeout", type=arguments.positive_number, default=REQUEST_TIMEOUT,
+                        help=f"seconds one request to the endpoint may take (default {REQUEST_TIMEOUT:g})")
     parser.add_argument("--output", type=arguments.folder, default="audit-results",
                         help="folder for samples.jsonl, audit.json and audit.png (default audit-results)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
