@@ -219,3 +219,25 @@ def test_run_refuses_a_draft_that_shares_no_token(word_level_folders, tmp_path, 
     assert run_with_draft(word_level_folders, "unrelated", tmp_path) == 2
     message = capsys.readouterr().err
     assert "draft: the draft model's tokenizer shares no token" in message and "--draft" in message
+
+
+def test_accept_restricts_the_draft_to_the_shared_tokens_and_prints_the_bound(capsys):
+    """Fixture A with token 3 unshared: q_S = (1/6, 2/6, 3/6, 0), p(S) = 0.9, and the single
+    draft's acceptance Σ min(p, q_S) = 1/6 + 0.3 + 0.2."""
+    from specbound.cli import main
+
+    pair = ["accept", "--target", "0.4,0.3,0.2,0.1", "--draft", "0.1,0.2,0.3,0.4", "-n", "2"]
+    assert main([*pair, "--shared", "0,1,2", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["shared"] == [0, 1, 2] and record["shared_mass"] == pytest.approx(0.9, abs=1e-12)
+    assert record["draft"] == pytest.approx([1 / 6, 2 / 6, 3 / 6, 0], abs=1e-12)
+    methods = {method["method"]: method for method in record["methods"]}
+    assert methods["single"]["acceptance"] == pytest.approx(1 / 6 + 0.5, abs=1e-12)
+    for method in methods.values():
+        assert method["acceptance"] <= method["optimum"] + 1e-12 <= record["shared_mass"] + 2e-12
+    assert main([*pair, "--shared", "0,1,2"]) == 0
+    assert "bound p(shared) = 0.900000" in capsys.readouterr().out
+    assert main([*pair[:3], "--draft", "0.5,0.5,0,0", "--shared", "3"]) == 2
+    assert "shared: the draft puts no mass on the shared tokens" in capsys.readouterr().err
+    assert main([*pair, "--shared", "0,4"]) == 2
+    assert "shared: expected token indices in [0, 4)" in capsys.readouterr().err

@@ -143,6 +143,27 @@ def acceptance_table(target_probs, draft_probs, num_drafts: int) -> list[list[di
     return [_row_table(target[row:row + 1], draft[row:row + 1], num_drafts, verifiers) for row in range(len(target))]
 
 
+def restricted_draft(target_probs, draft_probs, shared) -> tuple[np.ndarray, np.ndarray]:
+    """A draft with another tokenizer (TLI, ``engine.vocabulary``): the draft law restricted
+    to the token indices ``shared`` (the tokens both vocabularies share) and renormalised,
+    q_S = q·1_S / q(S) — the engine's restriction of the draft's logits at temperature 1 —
+    and the bound p(S) on every verifier's acceptance and on α* for q_S, per row (a single
+    row against a batch broadcast). ValueError naming ``shared`` for an index outside the
+    vocabulary or a row whose draft puts no mass on S.  # -> [rows, vocab], [rows]"""
+    target, draft = as_target_and_draft(target_probs, draft_probs)
+    indices = np.asarray(shared)
+    if indices.ndim != 1 or not indices.size or not np.issubdtype(indices.dtype, np.integer) \
+            or indices.min() < 0 or indices.max() >= target.shape[1]:
+        raise ValueError(f"shared: expected token indices in [0, {target.shape[1]}), got {np.ravel(shared).tolist()}")
+    mask = np.zeros(target.shape[1], dtype=bool)
+    mask[indices] = True
+    kept = np.where(mask, draft, 0.0)
+    mass = kept.sum(axis=1, keepdims=True)
+    if (mass <= 0).any():
+        raise ValueError(f"shared: the draft puts no mass on the shared tokens in row {int(np.argmin(mass[:, 0]))}")
+    return kept / mass, target[:, mask].sum(axis=1)
+
+
 def _row_table(target, draft, num_drafts, verifiers) -> list[dict]:
     records = []
     for name, scheme in DRAFT_SCHEMES.items():
