@@ -30,15 +30,17 @@ def test_ctrl_c_while_models_load_ends_with_one_line_and_status_130(monkeypatch,
     assert message == "specbound generate: interrupted"
 
 
-def test_ctrl_c_while_the_commands_import_ends_with_one_line_and_status_130(monkeypatch, capsys):
+@pytest.mark.parametrize("arguments, command", [(["accept"], "accept"), (["--debug", "study", "acceptance"], "study")])
+def test_ctrl_c_while_the_commands_import_ends_with_one_line_and_status_130(monkeypatch, capsys, arguments, command):
     """``run``, ``theory`` and ``study`` read their options from registries that import torch
-    (seconds) while the arguments are parsed, before any command runs."""
+    (seconds) while the arguments are parsed, before any command runs: the line names the
+    command, as an interruption while it runs does (one message, early or late)."""
     def interrupted():
         raise KeyboardInterrupt
 
     monkeypatch.setattr("specbound.cli.build_parser", interrupted)
-    assert main(["accept"]) == 130
-    assert capsys.readouterr().err.strip() == "specbound: interrupted"
+    assert main(arguments) == 130
+    assert capsys.readouterr().err.strip() == f"specbound {command}: interrupted"
 
 
 def test_a_bug_says_internal_error_with_the_hint_to_rerun_with_debug(monkeypatch, capsys):

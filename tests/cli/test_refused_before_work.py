@@ -101,6 +101,12 @@ BEFORE_TORCH = [  # (arguments, the option the one-line refusal names): values c
     (["run", "--prompts", "{prompts}", "--show", "5"], "show"),
     (["run", "--prompts", "{missing}"], "prompts"),
     (["serve", "--method", "sparse:budget=0"], "budget"),
+    (["generate", "hi", "--target", "{short}", "--draft", "{short}", "--max-new-tokens", "64"], "max_new_tokens"),
+    (["run", "--target", "{short}", "--draft", "{short}", "--max-new-tokens", "64"], "max_new_tokens"),
+    (["study", "acceptance", "--limit", "0"], "--limit"),
+    (["study", "bias", "--top-p", "2"], "--top-p"),
+    (["study", "acceptance", "--ray", "bad"], "--ray"),
+    (["report", "{empty}"], "results"),
 ]
 BEFORE_TORCH_CODE = """
 import contextlib, io, json, sys
@@ -122,8 +128,12 @@ def test_a_bad_value_is_refused_before_torch_loads(prompts, tmp_path):
     """The handlers check every value (methods and their options, prompt sets, indexes)
     before they import torch, transformers or llama.cpp: a refusal takes no model stack's
     import time. One fresh interpreter for all of them."""
-    calls = [[argument.format(prompts=prompts, missing=tmp_path / "missing.txt") for argument in arguments]
-             for arguments, _ in BEFORE_TORCH]
+    short = tmp_path / "short"  # a model whose config gives 64 positions: refused before it loads
+    short.mkdir()
+    (short / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 64}))
+    (tmp_path / "empty").mkdir()
+    calls = [[argument.format(prompts=prompts, missing=tmp_path / "missing.txt", short=short, empty=tmp_path / "empty")
+              for argument in arguments] for arguments, _ in BEFORE_TORCH]
     finished = subprocess.run([sys.executable, "-c", BEFORE_TORCH_CODE, json.dumps(calls)], capture_output=True,
                               text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr

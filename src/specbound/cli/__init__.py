@@ -6,7 +6,8 @@ numbers come from ``specbound.experiments``, the studies and the engine; the com
 knows nothing of the math beyond calling it. Building the parser imports none of them (nor
 torch, transformers, matplotlib, numba or scipy): the handlers import what they call, and a
 command whose options are read from such a registry adds them on its first use
-(``subparsers.choices.defer``, ``CommandParsers``). The handlers check every value before
+(``subparsers.choices.defer``, ``CommandParsers``), after a first pass over the options it
+can check without it. The handlers check every value before
 they import torch, transformers or llama.cpp, and ``accept``, ``bounds`` and ``theory``
 never import them (the math layers import torch only in their torch paths). How a command ends:
 
@@ -46,6 +47,7 @@ COMMAND_MODULES = [
     "specbound.cli.serve",
     "specbound.cli.audit",
 ]
+COMMAND_NAMES = [module_name.rpartition(".")[2] for module_name in COMMAND_MODULES]  # each module is its command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specbound",
         description="Speculative decoding with its theory built in.",
     )
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=CommandsAction)
     subparsers.choices = subparsers._name_parser_map = CommandParsers(_finish)
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
@@ -75,15 +77,26 @@ class CommandParsers(Mapping):
     def __init__(self, finish):
         self._parsers = {}
         self._unfinished = {}  # name -> the deferred fill, or None
+        self._checks = {}  # name -> the first pass over its arguments
         self._finish = finish
 
     def __setitem__(self, name: str, parser: argparse.ArgumentParser) -> None:  # argparse's add_parser
         self._parsers[name] = parser
         self._unfinished[name] = None
 
-    def defer(self, name: str, fill) -> None:
-        """Have ``fill(parser)`` add the options of command ``name`` on its first lookup."""
+    def defer(self, name: str, fill, check=None) -> None:
+        """Have ``fill(parser)`` add the options of command ``name`` on its first lookup, and
+        ``check(arguments)``, when given, see the command's arguments before that lookup when
+        they are parsed: a first pass over the options it can check without the registry,
+        refusing a bad value in a moment."""
         self._unfinished[name] = fill
+        if check is not None:
+            self._checks[name] = check
+
+    def check(self, name: str, arguments: list[str]) -> None:
+        """The first pass of command ``name`` over ``arguments`` (``defer``), if it has one."""
+        if name in self._checks:
+            self._checks.pop(name)(arguments)
 
     def __getitem__(self, name: str) -> argparse.ArgumentParser:
         parser = self._parsers[name]
@@ -102,6 +115,15 @@ class CommandParsers(Mapping):
 
     def __len__(self) -> int:
         return len(self._parsers)
+
+
+class CommandsAction(argparse._SubParsersAction):
+    """The commands' subparsers action: a command's first pass (``CommandParsers.defer``)
+    sees its arguments before its parser is looked up and finished."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.choices.check(values[0], values[1:])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _finish(command: argparse.ArgumentParser) -> None:
@@ -139,10 +161,12 @@ INTERNAL_ERROR_STATUS = 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser().parse_args(argv)
     except KeyboardInterrupt:  # while a deferred command's options import their registry (torch)
-        print("specbound: interrupted", file=sys.stderr)
+        command = next((word for word in argv if not word.startswith("-")), None)
+        print(f"specbound{f' {command}' if command in COMMAND_NAMES else ''}: interrupted", file=sys.stderr)
         return INTERRUPTED_STATUS
     try:
         status = int(args.handler(args) or 0)

@@ -120,6 +120,21 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
         f"--top-k {largest:,} or less, --temperature 0, or another verifier")
 
 
+def check_known_context(args) -> None:
+    """Refuse, before the models load, a ``--max-new-tokens`` that no prompt leaves room for
+    in the context of the models as their files say it (``models.context.known_context``;
+    nothing is refused where it cannot be read without loading them): a prompt takes at
+    least one position. The exact check, with the prompt's tokens, follows the loading."""
+    from specbound.models.context import known_context
+
+    sources = [args.target] + ([args.draft] if args.drafter == "model" and args.draft is not None else [])
+    limits = [limit for limit in map(known_context, sources) if limit is not None]
+    if limits and args.max_new_tokens >= min(limits):
+        raise ValueError(f"max_new_tokens: {args.max_new_tokens:,} new tokens after a prompt (of one token or more) "
+                         f"exceed the models' context of {min(limits):,} positions; ask for at most "
+                         f"{min(limits) - 1:,} less the prompt's tokens (--max-new-tokens)")
+
+
 def check_drafter_options(args) -> None:
     """Refuse the draft model's options with ``--drafter prompt-lookup`` or ``suffix``, which
     load no draft model (they draft from the text): given, they would be ignored."""

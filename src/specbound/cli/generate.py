@@ -20,6 +20,7 @@ from specbound.checks import unicode_text
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
+    check_known_context,
     check_sampling,
     load_speculator,
 )
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("prompt: empty (give it as an argument or on standard input)")
     method, options = parse_method(args.method)
     check_sampling(args, [(method, options)])
+    check_known_context(args)
     if args.threads is not None:
         import torch
 

@@ -4,17 +4,18 @@ and PNG figures, from every study found below RESULTS_DIR (see ``specbound.studi
 from __future__ import annotations
 
 import argparse
-
 from pathlib import Path
 
 from specbound.cli.inputs import check_study_settings
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.studies.report import write_report
-
     check_results_folder(args.results_dir)
     check_study_settings(args.results_dir, "results")
+    check_holds_results(args.results_dir)
+
+    from specbound.studies.report import write_report  # after the checks: it imports the studies (torch)
+
     markdown = write_report(args.results_dir)
     print(f"wrote {markdown}")
     print(f"wrote {markdown.with_suffix('.html')}")
@@ -27,6 +28,15 @@ def check_results_folder(text: str) -> None:
         raise ValueError("results: expected a folder, got ''")
     if not Path(text).is_dir():
         raise ValueError(f"results: {text!r} " + ("is a file, not a folder" if Path(text).exists() else "does not exist"))
+
+
+def check_holds_results(text: str) -> None:
+    """Refuse a folder with no study's settings file below it (``studies.report.find_results``
+    says the rest, once the studies are imported)."""
+    from specbound.studies.records import SETTINGS_FILE
+
+    if next(Path(text).rglob(SETTINGS_FILE), None) is None:
+        raise ValueError(f"results: no study results (a folder with {SETTINGS_FILE} and finished runs) below {text}")
 
 
 def register(subparsers) -> None:

@@ -24,6 +24,7 @@ from specbound import arguments
 from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
+    check_known_context,
     check_sampling,
     load_speculator,
 )
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
     output_dir = writable_folder(args.output_dir, "--output-dir")
+    check_known_context(args)
 
     import torch  # after the checks: a bad value is refused before torch loads
     from tqdm import tqdm

@@ -183,7 +183,19 @@ def _common(parser) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser("study", help="rerun the papers' experiments on a real model pair")
     parser.set_defaults(handler=run)
-    subparsers.choices.defer("study", _add_studies)
+    subparsers.choices.defer("study", _add_studies, _check_common)
+
+
+def _check_common(arguments: list[str]) -> None:
+    """A first pass over the options every study shares (``_common``) before the studies'
+    registry (which imports torch) is read: a bad value among them is refused as argparse
+    refuses it, in a moment; the rest (the study's name and own options, help) is left to
+    the full parser."""
+    if not arguments or arguments[0].startswith("-"):
+        return
+    light = argparse.ArgumentParser(prog=f"specbound study {arguments[0]}", add_help=False, allow_abbrev=False)
+    _common(light)
+    light.parse_known_args(arguments[1:])
 
 
 def _add_studies(parser) -> None:
