@@ -51,29 +51,34 @@ KEY_VARIABLE = "SPECBOUND_API_KEY"
 STATUS = {"passed": 0, "failed": 3, "inconclusive": 4}  # by verdict (1 is an internal error, 2 bad input)
 
 
-def parse_engine(text: str) -> tuple[str, str, dict]:
-    """(kind, name, options): ("specbound", METHOD, options), ("endpoint", URL, {}) or one of
-    ``OTHER_ENGINES`` as (kind, mode, {}); ValueError naming ``engine``."""
+def parse_engine(text: str) -> tuple[str, str]:
+    """(kind, name): ("specbound", METHOD text), ("endpoint", URL) or one of ``OTHER_ENGINES``
+    as (kind, mode), without importing the methods' registry; ValueError naming ``engine``."""
     if text.startswith(("http://", "https://")):
         from specbound.audit.samplers import endpoint_address
 
-        return "endpoint", endpoint_address(text, "engine"), {}
+        return "endpoint", endpoint_address(text, "engine")
     if text.startswith("specbound:"):
-        method, options = parse_method(text.removeprefix("specbound:"), option="engine")
-        if method == "auto":
-            raise ValueError("engine: audit a fixed method (specbound:chain, specbound:tree:num_drafts=2, ...), "
-                             "not auto")
-        return "specbound", method, options
+        return "specbound", text.removeprefix("specbound:")
     if text in OTHER_ENGINES:
         kind, mode = text.split(":")
-        return kind, mode, {}
+        return kind, mode
     raise ValueError(f"engine: expected specbound:METHOD, {', '.join(OTHER_ENGINES)} or an http(s):// URL, "
                      f"got {text!r}")
 
 
+def parse_our_method(text: str) -> tuple[str, dict]:
+    """(method, options) of our engine's METHOD text; ValueError naming ``engine``."""
+    method, options = parse_method(text, option="engine")
+    if method == "auto":
+        raise ValueError("engine: audit a fixed method (specbound:chain, specbound:tree:num_drafts=2, ...), not auto")
+    return method, options
+
+
 def run(args: argparse.Namespace) -> int:
-    kind, name, options = parse_engine(args.engine)
-    check_models(args, kind, name)
+    kind, name = parse_engine(args.engine)
+    check_models(args, kind, name)  # before the methods' registry loads: it takes a second
+    name, options = parse_our_method(name) if kind == "specbound" else (name, {})
     from specbound.cli.inputs import prompt_set
     from specbound.cli.output import writable_folder
 
