@@ -243,7 +243,7 @@ class BatchingLoop:
         in_batch = len(self._batch.sequences)  # read without the lock: the loop's thread may change it meanwhile
         with self._condition:
             return {"in_batches": in_batch, "tracked": len(self._jobs), "running": self._running,
-                    "queued": len(self._queue), "settings": len(self._in_use), "decoders": 1,
+                    "queued": len(self._queue), "settings": len(self._in_use),
                     "cache_tokens": self._reserved, "max_cache_tokens": self.max_cache_tokens,
                     "broken": self.broken, "completed": self.completed, "cancelled": self.cancelled,
                     "max_batch": self.max_batch, "max_queue": self.max_queue}
