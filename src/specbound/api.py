@@ -84,7 +84,6 @@ class Speculator:
                  draft_precisions=PRECISIONS, device: str = "cpu", progress: bool = True,
                  drafter: str = "model", pair=None, backend: str = "auto", cache_dir=None):
         from specbound.models.backends import resolve_backend
-        from specbound.models.pair import load_pair
 
         if pair is not None and not isinstance(pair, ModelPair):
             raise TypeError(f"pair: expected a ModelPair (specbound.models.pair.load_pair) or None, got "
@@ -129,6 +128,8 @@ class Speculator:
         self.drafter = drafter
         self.progress = progress
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        from specbound.models.pair import load_pair  # after every check: it imports transformers
+
         self.pair = (pair or load_pair(target, draft, dtype, progress=progress, float32_twins=False,
                                        backend=self.backend)).to(device)
         if target_precision != AS_LOADED:  # kept in the cache, as the draft's copies are
