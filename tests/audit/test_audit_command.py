@@ -233,7 +233,8 @@ def test_a_bad_engine_is_refused_before_any_model_loads(tmp_path, capsys, engine
     ("--tolerance=1", "argument --tolerance: expected a number in [0, 1), got '1'"),
     ("--tolerance=-0.1", "argument --tolerance: expected a number in [0, 1), got '-0.1'"),
     ("--row-tolerance=1", "argument --row-tolerance: expected a number in [0, 1), got '1'"),
-    ("--request-timeout=0", "argument --request-timeout: expected a number > 0, got '0'"),
+    ("--request-timeout=0", "argument --request-timeout: expected a number in (0, 86400], got '0'"),
+    ("--request-timeout=1e20", "argument --request-timeout: expected a number in (0, 86400], got '1e20'"),
     ("--samples=0", "argument --samples: expected an integer in [1, 1000000]")])
 def test_a_bad_setting_is_refused_before_any_model_loads(tmp_path, capsys, option, message):
     try:

@@ -182,6 +182,7 @@ TOLERANCE_OPTIONS = {  # the audit's tolerances (``audit.tolerances``), each as 
 }
 MAX_SAMPLES = 10**6  # the PIT values alone take samples × max-new-tokens × 8 bytes
 CONTEXT = 4096  # llama-cpp-python's context for its engines: prompt and new tokens
+MAX_REQUEST_SECONDS = 86_400  # a day, beyond any reply (values near 1e11 overflow a socket's timeout)
 
 
 def _backend(args) -> str:
@@ -320,8 +321,9 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default=None,
                         help="the model name sent to the endpoint (default: --target, the name specbound serve "
                         "gives its model)")
-    parser.add_argument("--request-timeout", type=arguments.positive_number, default=REQUEST_TIMEOUT,
-                        help=f"seconds one request to the endpoint may take (default {REQUEST_TIMEOUT:g})")
+    parser.add_argument("--request-timeout", type=arguments.number(0.0, MAX_REQUEST_SECONDS, low_open=True),
+                        default=REQUEST_TIMEOUT, help=f"seconds one request to the endpoint may take, at most "
+                        f"{MAX_REQUEST_SECONDS:,} (default {REQUEST_TIMEOUT:g})")
     parser.add_argument("--output", type=arguments.folder, default="audit-results",
                         help="folder for samples.jsonl, audit.json and audit.png (default audit-results)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
