@@ -60,7 +60,7 @@ def test_suffix_decoding_batches_too(name, target_model):
     def engine():
         history = SuffixHistory()
         history.add([2, 3, 1, 2, 4, 4, 1, 2, 3], before=[1])
-        return Decoder(CausalLM(target_model), SuffixDrafter(VOCAB, history, min_match=1), Processing(), (EOS,))
+        return Decoder(CausalLM(target_model), SuffixDrafter(VOCAB, history), Processing(), (EOS,))
 
     method = build_method(name, **{"chain": {"gamma": 3}, "sparse": {"budget": 6, "depth": 3, "width": 3}}[name])
     alone = [engine().generate(prompt, method, 8, torch.Generator().manual_seed(row)).tokens

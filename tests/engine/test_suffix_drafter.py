@@ -38,25 +38,35 @@ def history_of(outputs, before=PROMPT) -> SuffixHistory:
     return history
 
 
-def suffix_decoder(target_lm, history, min_match=1):
+def suffix_decoder(target_lm, history, min_match=2):
     return Decoder(target_lm, SuffixDrafter(VOCAB, history, min_match=min_match), Processing(), eos_token_ids=[EOS])
 
 
 # -- the structure ------------------------------------------------------------------------
 def test_continuations_count_what_followed_the_longest_suffix():
-    texts = [SuffixText([5, 1, 2, 3, 9, 1, 2, 4, 7, 1, 2, 3, 8])]
-    total, trie = continuations(texts, [0, 1, 2], depth=2, min_match=1)
+    texts = [[SuffixText([5, 1, 2, 3, 9, 1, 2, 4, 7, 1, 2, 3, 8])]]
+    total, trie = continuations(texts, [0, 1, 2], depth=2)
     assert total == 3  # "1 2" three times: the longest suffix found (with 0 before it, never)
     assert {token: count for token, (count, _) in trie.items()} == {3: 2, 4: 1}
     assert {token: count for token, (count, _) in trie[3][1].items()} == {9: 1, 8: 1}
-    assert continuations(texts, [6, 6], depth=2, min_match=1) == (0, {})
-    assert continuations(texts, [0, 2], depth=2, min_match=2) == (0, {})  # only "2" matches: too short
+    assert continuations(texts, [6, 6], depth=2) == (0, {})
+    assert continuations(texts, [0, 2], depth=2) == (0, {})  # only "2" matches: too short
+    assert continuations(texts, [0, 2, 3, 9], depth=2, min_match=4) == (0, {})  # "2 3 9" is 3 tokens
+
+
+def test_each_source_gets_its_own_share_of_the_occurrences():
+    """A request whose own text repeats its last two tokens more than ``max_occurrences``
+    times still drafts from a longer match in the history."""
+    own = SuffixText([7, 1, 2] * 10)
+    history = [SuffixText([3, 1, 2, 5])]
+    assert continuations([[own], history], [3, 1, 2], depth=1, max_occurrences=4) == (1, {5: [1, {}]})
+    assert continuations([[own, *history]], [3, 1, 2], depth=1, max_occurrences=4)[0] == 4  # starved of it
 
 
 def test_the_current_context_is_read_up_to_its_last_token():
     text = SuffixText([1, 2, 3])
     text.extend([1, 2])
-    total, trie = continuations([text], [1, 2, 3, 1, 2], depth=3, min_match=1)
+    total, trie = continuations([[text]], [1, 2, 3, 1, 2], depth=3)
     assert total == 1 and list(trie) == [3] and list(trie[3][1]) == [1]  # the continuation runs into the context
 
 
@@ -74,16 +84,16 @@ def test_history_evicts_the_oldest_outputs_beyond_its_cap():
 
 
 def test_a_history_output_is_continued_from_its_first_token_on():
-    history = SuffixHistory(max_match=2)
-    history.add([3, 4], before=[1, 1, 2])
+    history = SuffixHistory(max_match=3)
+    history.add([3, 4], before=[9, 1, 1, 2])
     text = history.snapshot()[0]
-    assert text.tokens == [1, 2, 3, 4]
-    assert text.occurrences(2, 10) == [1] and text.occurrences(1, 10) == []  # 1 → 2 is context, not output
+    assert text.tokens == [1, 1, 2, 3, 4]
+    assert text.occurrences((1, 2), 10) == [2] and text.occurrences((1, 1), 10) == []  # 1 → 2 is context only
 
 
 def test_trees_keep_the_likeliest_continuations_within_the_shape():
-    texts = [SuffixText([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2, 5, 5, 0])]
-    total, trie = continuations(texts, [1, 2], depth=3, min_match=1)
+    texts = [[SuffixText([1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2, 5, 5, 0])]]
+    total, trie = continuations(texts, [1, 2], depth=3)
     assert total == 4 and list(trie) == [5, 4, 3]  # newest occurrence first: it wins ties
     chain = best_first(trie, total, Levels((1, 1, 1)), depth=3)
     assert [token for _, token, _ in chain] == [3, 1, 2]  # the most frequent path
@@ -247,7 +257,7 @@ def test_auto_with_suffix_drafts_is_lossless(target_model, draft_model):
                       replan_every=1)
     drafters = {"model": ModelDrafter(CausalLM(draft_model), Processing(), planner.variant_for_rows),
                 "lookup": PromptLookupDrafter(VOCAB),
-                "suffix": SuffixDrafter(VOCAB, history_of(likely_outputs(target_model)), min_match=1)}
+                "suffix": SuffixDrafter(VOCAB, history_of(likely_outputs(target_model)))}
     decoder = Decoder(CausalLM(target_model), DrafterChoice(drafters), Processing(), eos_token_ids=[EOS])
     generator = torch.Generator().manual_seed(0)
     samples = [tuple(decoder.generate(PROMPT, planner, NEW_TOKENS, generator).tokens) for _ in range(SAMPLES)]

@@ -2,12 +2,13 @@
 suffix, in the request itself and in earlier outputs (after Oliaro et al. 2024,
 "SuffixDecoding", arXiv 2411.04975; SPEC.md §6, deterministic drafts).
 
-**The structure.** A ``SuffixText`` is a token sequence with an index token → positions.
+**The structure.** A ``SuffixText`` is a token sequence with an index (pair of consecutive
+tokens) → positions.
 The drafter reads two kinds: the current request's context (its prompt and the tokens
 emitted so far, indexed as it grows) and a ``SuffixHistory`` of earlier outputs, each kept
 with the ``max_match`` tokens before it, oldest first, at most ``max_tokens`` tokens in
 all (the oldest outputs evicted). At each step the drafter finds the occurrences of the
-longest suffix of the context (at most ``max_match`` tokens, at least ``min_match``) in
+longest suffix of the context (at most ``max_match`` tokens, at least ``min_match`` ≥ 2) in
 both, and counts what followed them: the counts at the nodes of the suffix tree below the
 matched suffix, up to the step's depth (``continuations``).
 
@@ -64,13 +65,15 @@ from specbound.engine.tree import DraftTree
 
 MAX_HISTORY_TOKENS = 65_536  # earlier outputs kept (with their preceding max_match tokens), oldest evicted first
 MAX_MATCH = 16  # the longest suffix of the context looked for
-MIN_MATCH = 2  # a shorter match drafts nothing
-MAX_OCCURRENCES = 256  # occurrences of the context's last token examined per step, newest first
+MIN_MATCH = 2  # a shorter match drafts nothing (at least 2: occurrences are indexed by token pairs)
+MAX_OCCURRENCES = 256  # occurrences of the context's last two tokens examined per step in the request, and again
+# in the history, newest first
 
 
 class SuffixText:
-    """A token sequence and, for each token, the positions where it occurs followed by a
-    continuation (every position from ``first`` on but the last). ``extend`` appends."""
+    """A token sequence and, for each pair of consecutive tokens, the positions where the
+    pair ends and a continuation follows (every position from ``first`` on but the last).
+    ``extend`` appends."""
 
     def __init__(self, tokens=(), first: int = 0):
         self.tokens: list[int] = []
@@ -82,14 +85,14 @@ class SuffixText:
         return len(self.tokens)
 
     def extend(self, tokens) -> None:
-        start = max(self.first, len(self.tokens) - 1)
+        start = max(self.first, len(self.tokens) - 1, 1)
         self.tokens.extend(int(token) for token in tokens)
         for position in range(start, len(self.tokens) - 1):
-            self._positions.setdefault(self.tokens[position], []).append(position)
+            self._positions.setdefault((self.tokens[position - 1], self.tokens[position]), []).append(position)
 
-    def occurrences(self, token: int, limit: int) -> list[int]:
-        """The latest ``limit`` positions of ``token`` that a continuation follows, newest first."""
-        positions = self._positions.get(token, [])
+    def occurrences(self, pair: tuple[int, int], limit: int) -> list[int]:
+        """The latest ``limit`` positions where ``pair`` ends and a continuation follows, newest first."""
+        positions = self._positions.get(pair, [])
         return positions[: -limit - 1 : -1]
 
     def match_length(self, position: int, context: list[int], max_match: int) -> int:
@@ -146,29 +149,34 @@ class _Row:
     def __post_init__(self):
         self.text = SuffixText(self.context)
 
-    def texts(self) -> list[SuffixText]:
-        """The context brought up to date, then the history, newest first."""
+    def sources(self) -> list[list[SuffixText]]:
+        """The context brought up to date; the history, newest first."""
         self.text.extend(self.context[len(self.text):])
-        return [self.text, *reversed(self.history)]
+        return [[self.text], list(reversed(self.history))]
 
 
-def continuations(texts: list[SuffixText], context: list[int], depth: int, max_match: int = MAX_MATCH,
+def continuations(sources: list[list[SuffixText]], context: list[int], depth: int, max_match: int = MAX_MATCH,
                   min_match: int = MIN_MATCH, max_occurrences: int = MAX_OCCURRENCES) -> tuple[int, dict]:
-    """The suffix tree's counts below the longest suffix of ``context`` found in ``texts``:
-    (its number of occurrences, a trie token → [count, trie] of what followed them, at most
-    ``depth`` tokens deep). (0, {}) where no suffix of ``min_match`` tokens occurs."""
-    last, found, longest, examined = context[-1], [], 0, 0
-    for text in texts:
-        positions = text.occurrences(last, max_occurrences - examined)
-        examined += len(positions)
-        for position in positions:
-            length = text.match_length(position, context, max_match)
-            if length > longest:
-                found, longest = [], length
-            if length == longest:
-                found.append((text, position))
-        if examined >= max_occurrences:
-            break
+    """The suffix tree's counts below the longest suffix of ``context`` found in the texts of
+    ``sources`` (at most ``max_occurrences`` of its last two tokens examined in each source, in
+    order): (its number of occurrences, a trie token → [count, trie] of what followed them,
+    at most ``depth`` tokens deep). (0, {}) where no suffix of ``min_match`` tokens occurs."""
+    if len(context) < 2:
+        return 0, {}
+    pair, found, longest = (context[-2], context[-1]), [], 0
+    for texts in sources:
+        examined = 0
+        for text in texts:
+            positions = text.occurrences(pair, max_occurrences - examined)
+            examined += len(positions)
+            for position in positions:
+                length = text.match_length(position, context, max_match)
+                if length > longest:
+                    found, longest = [], length
+                if length == longest:
+                    found.append((text, position))
+            if examined >= max_occurrences:
+                break
     if longest < min_match:
         return 0, {}
     trie: dict = {}
@@ -241,8 +249,8 @@ class SuffixDrafter:
             raise TypeError(f"history: expected a SuffixHistory or None, got {type(history).__name__}")
         self.max_match = positive_int("max_match", max_match)
         self.min_match = positive_int("min_match", min_match)
-        if self.min_match > self.max_match:
-            raise ValueError(f"min_match, max_match: need min_match <= max_match, got {min_match}, {max_match}")
+        if not 2 <= self.min_match <= self.max_match:
+            raise ValueError(f"min_match, max_match: need 2 <= min_match <= max_match, got {min_match}, {max_match}")
         self.max_occurrences = positive_int("max_occurrences", max_occurrences)
         self.device = torch.device(device)
         self._rows: list[_Row | None] = []
@@ -261,16 +269,16 @@ class SuffixDrafter:
             row = self._rows[b]
             if row is None or row.context is not context:
                 row = self._rows[b] = _Row(context, len(context), self.history.snapshot())
-            trees.append(self.draft_one(row.texts(), context, method, depth, generators[b]))
+            trees.append(self.draft_one(row.sources(), context, method, depth, generators[b]))
         return trees
 
-    def draft_one(self, texts: list[SuffixText], context: list[int], method, depth: int,
+    def draft_one(self, sources: list[list[SuffixText]], context: list[int], method, depth: int,
                   generator: torch.Generator) -> DraftTree:
-        """The tree below ``context``'s last token drafted from ``texts`` (module docstring)."""
+        """The tree below ``context``'s last token drafted from ``sources`` (``continuations``)."""
         tree = DraftTree.root_only(context[-1])
         if depth <= 0:
             return tree
-        total, trie = continuations(texts, context, depth, self.max_match, self.min_match, self.max_occurrences)
+        total, trie = continuations(sources, context, depth, self.max_match, self.min_match, self.max_occurrences)
         planned = best_first(trie, total, method.shape, depth) if total else []
         below: list[dict[int, int]] = [{} for _ in range(len(planned) + 1)]  # plan node -> {child's token: count}
         planned_index = {}  # (plan node, token) -> plan node of that child
