@@ -286,24 +286,20 @@ class SuffixDrafter:
             below[parent][token] = count
             planned_index[(parent, token)] = node
         tree_node = {0: 0}  # plan node -> tree node
-        for node, counts in enumerate(below):  # parents first
-            if not counts:
-                continue
-            draft_probs = torch.zeros(self.vocab_size, dtype=PROBS_DTYPE, device=self.device)  # [vocab]
-            draft_probs[list(counts)] = torch.tensor(list(counts.values()), dtype=PROBS_DTYPE,
-                                                     device=self.device) / sum(counts.values())
+        internal = [node for node, counts in enumerate(below) if counts]  # parents first
+        rows = torch.zeros((len(internal), self.vocab_size), dtype=PROBS_DTYPE, device=self.device)  # one allocation
+        for draft_probs, node in zip(rows, internal):  # draft_probs [vocab]
+            counts = below[node]
+            children = torch.tensor(list(counts), device=self.device)
+            child_probs = torch.tensor(list(counts.values()), dtype=PROBS_DTYPE, device=self.device)
+            child_probs /= child_probs.sum()  # [children]: q on the node's children
+            draft_probs[children] = child_probs
             scheme = method.scheme_at(tree.depths[tree_node[node]])
-            drafts = self._draws(scheme, counts, draft_probs, generator)
+            drafts = children if len(children) == 1 else children[draw_drafts(scheme, len(children), child_probs,
+                                                                             generator)]
             for child in tree.expand(tree_node[node], draft_probs, drafts, scheme):
                 tree_node[planned_index[(node, tree.tokens[child])]] = child
         return tree
-
-    def _draws(self, scheme: str, counts: dict[int, int], draft_probs: torch.Tensor, generator) -> torch.Tensor:
-        """The node's drafts: its one child as it is (a point mass draws it), else a draw of
-        all its children from q with ``scheme`` (distinct tokens: ``check_method``)."""
-        if len(counts) == 1:
-            return torch.tensor(list(counts), device=self.device)
-        return draw_drafts(scheme, len(counts), draft_probs, generator)
 
     def commit(self, trees, paths) -> None:
         """Nothing to keep: each row's context is read again at its next step."""
