@@ -3,8 +3,7 @@ suffix, in the request itself and in earlier outputs (after Oliaro et al. 2024,
 "SuffixDecoding", arXiv 2411.04975; SPEC.md §6, deterministic drafts).
 
 **The structure.** A ``SuffixText`` is a token sequence with an index (pair of consecutive
-tokens) → positions.
-The drafter reads two kinds: the current request's context (its prompt and the tokens
+tokens) → positions. The drafter reads two kinds: the current request's context (its prompt and the tokens
 emitted so far, indexed as it grows) and a ``SuffixHistory`` of earlier outputs, each kept
 with the ``max_match`` tokens before it, oldest first, at most ``max_tokens`` tokens in
 all (the oldest outputs evicted). At each step the drafter finds the occurrences of the
@@ -42,8 +41,8 @@ step's is that figure.
 
 **History and batches.** A sequence drafts from the history as it stood when the drafter
 first drafted for it (a snapshot of the list of outputs, kept while it runs, so that an
-eviction meanwhile changes nothing for it); its output joins the history when it leaves the
-batch. Sequences finishing beside it never change its drafts, so a batch changes no
+eviction meanwhile changes nothing for it); its output from then on joins the history when
+it leaves the batch (under ``auto``, a sequence never drafted by suffix adds nothing). Sequences finishing beside it never change its drafts, so a batch changes no
 sequence's tokens. Memory: the history holds at most ``max_tokens`` tokens, plus the
 evicted outputs that a sequence still running keeps in its snapshot.
 """
