@@ -4,6 +4,7 @@ A record is one JSON envelope::
 
     {"benchmark": "benchmarks.engine.bench_engine",
      "command": "python -m benchmarks.engine.bench_engine --prompts humaneval ...",
+     "commit": "4f6c308-dirty",
      "machine": {"cpu_model": ..., "cpu_flags": ..., "cores": 2, "python": ..., "packages": {...}},
      "created": "2026-12-07T15:40:00+00:00",
      "result": {...}}
@@ -22,6 +23,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from datetime import datetime, timezone
 from functools import cache
@@ -57,6 +59,16 @@ def machine() -> dict:
     return record
 
 
+@cache
+def commit() -> str | None:
+    """The checkout's commit (``-dirty`` with uncommitted changes), None outside a git checkout."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=RESULTS.parent, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def benchmark_name() -> str:
     """The running benchmark's module (``benchmarks.engine.bench_engine`` under ``python -m``)."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
@@ -64,9 +76,9 @@ def benchmark_name() -> str:
 
 
 def envelope(result) -> dict:
-    """``result`` in the envelope: which benchmark, the command line, the machine, when."""
+    """``result`` in the envelope: which benchmark, the command line, the code, the machine, when."""
     name = benchmark_name()
-    return {"benchmark": name, "command": shlex.join(["python", "-m", name, *sys.argv[1:]]),
+    return {"benchmark": name, "command": shlex.join(["python", "-m", name, *sys.argv[1:]]), "commit": commit(),
             "machine": machine(), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "result": result}
 
