@@ -2,9 +2,17 @@
 import``, at module level or inside a function): no module imports itself back through a
 cycle, every top-level module has a rank in ``RANKS`` and imports nothing of a higher rank,
 the math layers import nothing of the engine, the models, the studies, the experiments, the
-figures or the command line, and only the backends name a backend."""
+figures or the command line, and only the backends know a backend: outside ``engine/backends``
+no code compares with a backend's name, keeps a table keyed by backend names, or asks which
+class a model is (``isinstance`` of a backend's class or of a torch module, ``hasattr`` of a
+name only one backend's classes have, ``type(x).__name__``). Two modules never import each
+other, a package below a layer (``engine.backends``, which loads its modules by name) counted
+as one module. A decoder is finished when ``engine.assembly`` returns it: nothing else sets
+another object's ``optimum`` or ``prefill_progress``; no class defines a method twice; and a
+schedule is typed ``Schedule``, never ``Method | Planner``."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,6 +37,12 @@ RANKS = {
 BACKEND_NAMES = ("llama.cpp", "torch")
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of a source file, parsed once per test session."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def module_name(path: Path) -> str:
     parts = ["specbound", *path.relative_to(SOURCE).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -41,7 +55,7 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in modules.items():
         targets = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -153,7 +167,7 @@ def test_only_the_backends_compare_backend_names():
     for path in SOURCE.rglob("*.py"):
         if backends in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Compare):
                 operands = [node.left, *node.comparators]
                 named = [constant.value for operand in operands for constant in ast.walk(operand)
@@ -166,3 +180,212 @@ def test_only_the_backends_compare_backend_names():
 def test_the_rank_check_finds_an_upward_import():
     graph = {"specbound.engine.decode": {"specbound.models.pair"}, "specbound.models.pair": set()}
     assert upward_imports(graph) == ["specbound.engine.decode -> specbound.models.pair"]
+
+
+def collapsed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph with each package below a layer (``specbound.engine.backends``) as one
+    node: its ``__init__`` loads its modules by name (``get_backend``), which no import
+    statement shows, so an import of the package reaches every module in it."""
+    packages = {path.parent for path in SOURCE.glob("*/*/__init__.py")}
+    names = {module_name(package / "__init__.py") for package in packages}
+
+    def node(module: str) -> str:
+        return next((name for name in names if module == name or module.startswith(name + ".")), module)
+
+    merged: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        merged.setdefault(node(module), set()).update(node(target) for target in targets)
+    return {module: targets - {module} for module, targets in merged.items()}
+
+
+def mutual_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} <-> {target}" for module, targets in graph.items() for target in targets
+                  if module < target and module in graph.get(target, ()))
+
+
+def test_no_two_modules_import_each_other_a_package_below_a_layer_counted_as_one():
+    """Function-level imports count: an import inside a function body is an import."""
+    graph = collapsed(import_graph())
+    assert not mutual_imports(graph)
+    assert find_cycle(graph) is None
+
+
+def test_the_mutual_import_check_finds_one_through_a_package_loaded_by_name():
+    graph = {"specbound.engine.costs": {"specbound.engine.backends"},
+             "specbound.engine.backends": set(),
+             "specbound.engine.backends.torch": {"specbound.engine.costs", "specbound.engine.backends"}}
+    assert mutual_imports(collapsed(graph)) == ["specbound.engine.backends <-> specbound.engine.costs"]
+
+
+def outside_the_backends() -> list[tuple[str, ast.AST]]:
+    """(module, parsed tree) of every module outside ``engine/backends``."""
+    backends = SOURCE / "engine" / "backends"
+    return [(module_name(path), parsed(path))
+            for path in sorted(SOURCE.rglob("*.py")) if backends not in path.parents]
+
+
+def backend_tables(module: str, tree: ast.AST) -> list[str]:
+    """Dict displays whose keys are all backend names (``{"torch": ..., "llama.cpp": ...}``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and node.keys and all(
+                isinstance(key, ast.Constant) and key.value in BACKEND_NAMES for key in node.keys):
+            found.append(f"{module}:{node.lineno} keys a table by backend name")
+    return found
+
+
+def test_only_the_backends_keep_tables_keyed_by_backend_name():
+    """A loader, a module or a setting per backend belongs on the ``Backend`` object."""
+    assert not [found for module, tree in outside_the_backends() for found in backend_tables(module, tree)]
+
+
+def backend_classes() -> tuple[set[str], set[str]]:
+    """(the classes the backends define, the attribute names only their concrete classes
+    have: what the protocol in ``engine/backends/__init__.py`` does not name)."""
+    backends = SOURCE / "engine" / "backends"
+    classes, concrete, protocol = set(), set(), set()
+    for path in backends.glob("*.py"):
+        for node in ast.walk(parsed(path)):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            classes.add(node.name)
+            members = {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            members |= {item.target.id for item in node.body
+                        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+            members |= {target.attr for item in ast.walk(node) if isinstance(item, ast.Assign)
+                        for target in item.targets if isinstance(target, ast.Attribute)
+                        and isinstance(target.value, ast.Name) and target.value.id == "self"}
+            (protocol if path.name == "__init__.py" else concrete).update(members)
+    return classes, {name for name in concrete - protocol if not name.startswith("__")}
+
+
+TORCH_MODULES = ("Module", "PreTrainedModel")  # torch.nn.Module, transformers' models: the torch backend's
+
+
+def class_tests(module: str, tree: ast.AST, classes: set[str], members: set[str]) -> list[str]:
+    """``isinstance(x, C)`` of a backend's class or a torch module, ``hasattr(x, name)`` of a
+    name only a backend's concrete classes have, and ``type(x)`` compared (``.__name__`` or
+    the class itself)."""
+    def class_name(node: ast.AST) -> str | None:
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+
+    def is_type_call(node: ast.AST) -> bool:
+        node = node.value if isinstance(node, ast.Attribute) and node.attr == "__name__" else node
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type"
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2:
+            kind, tested = node.func.id, node.args[1]
+            if kind in ("isinstance", "issubclass"):
+                names = {class_name(item) for item in (tested.elts if isinstance(tested, ast.Tuple) else [tested])}
+                if probed := sorted(names & (classes | set(TORCH_MODULES))):
+                    found.append(f"{module}:{node.lineno} {kind} of {probed}")
+            elif kind == "hasattr" and isinstance(tested, ast.Constant) and tested.value in members:
+                found.append(f"{module}:{node.lineno} hasattr {tested.value!r}")
+        elif isinstance(node, ast.Compare) and any(is_type_call(operand) for operand in [node.left, *node.comparators]):
+            found.append(f"{module}:{node.lineno} compares a type")
+    return found
+
+
+def test_only_the_backends_ask_which_class_a_model_is():
+    """Outside the backends a model is asked through its ``Backend`` (``backend_of``), never
+    tested for a class: a third backend then touches ``engine/backends`` only."""
+    classes, members = backend_classes()
+    assert {"CausalLM", "LlamaCppModel"} <= classes and "scorer" in members and "score" not in members
+    assert not [found for module, tree in outside_the_backends()
+                for found in class_tests(module, tree, classes, members)]
+
+
+def test_the_class_test_check_finds_each_kind_of_probe():
+    source = """
+if isinstance(model, torch.nn.Module): pass
+if not isinstance(model, (LlamaCppModel, int)): pass
+if hasattr(model, "scorer"): pass
+if type(model).__name__ == "CausalLM": pass
+if hasattr(model, "score") or isinstance(model, int) or type(model) is object: pass
+table = {"torch": 1, "llama.cpp": 2}
+servers = {"llama.cpp": 1, "vllm": 2}
+"""
+    tree = ast.parse(source)
+    found = class_tests("m", tree, {"LlamaCppModel"}, {"scorer"})
+    assert sorted(int(line.split(" ", 1)[0].removeprefix("m:")) for line in found) == [2, 3, 4, 5, 6]
+    assert backend_tables("m", tree) == ["m:7 keys a table by backend name"]
+
+
+ASSEMBLED = ("optimum", "prefill_progress")  # what only engine.assembly gives a decoder and its models
+
+
+def patched_after_assembly(module: str, tree: ast.AST) -> list[str]:
+    """Assignments to ``x.optimum`` or ``x.prefill_progress`` where ``x`` is not ``self``."""
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in ASSEMBLED and not (
+                    isinstance(target.value, ast.Name) and target.value.id == "self"):
+                found.append(f"{module}:{node.lineno} sets .{target.attr}")
+    return found
+
+
+def test_nothing_but_the_assembly_equips_a_decoder_after_it_is_built():
+    assert not [found for path in sorted(SOURCE.rglob("*.py")) if module_name(path) != "specbound.engine.assembly"
+                for found in patched_after_assembly(module_name(path), parsed(path))]
+
+
+def methods_defined_twice(module: str, tree: ast.AST) -> list[str]:
+    """Names a class body defines twice (the second silently replaces the first); a property's
+    setter or deleter and ``typing.overload`` excepted."""
+    def exempt(function) -> bool:
+        return any(isinstance(decorator, ast.Attribute) and decorator.attr in ("setter", "deleter")
+                   or isinstance(decorator, ast.Name) and decorator.id == "overload"
+                   for decorator in function.decorator_list)
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            names = [item.name for item in node.body
+                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not exempt(item)]
+            found += [f"{module}: {node.name}.{name}" for name in sorted(set(names)) if names.count(name) > 1]
+    return found
+
+
+def test_no_class_defines_a_method_twice():
+    assert not [found for path in sorted(SOURCE.rglob("*.py"))
+                for found in methods_defined_twice(module_name(path), parsed(path))]
+
+
+def method_or_planner_unions(module: str, tree: ast.AST) -> list[str]:
+    """``Method | Planner`` (either order, in any union): a ``Schedule`` is meant."""
+    def names(node) -> set[str]:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return names(node.left) | names(node.right)
+        return {node.id} if isinstance(node, ast.Name) else {node.attr} if isinstance(node, ast.Attribute) else set()
+
+    return [f"{module}:{node.lineno} Method | Planner" for node in ast.walk(tree)
+            if isinstance(node, ast.BinOp) and {"Method", "Planner"} <= names(node)]
+
+
+def test_a_schedule_is_typed_schedule():
+    assert not [found for path in sorted(SOURCE.rglob("*.py"))
+                for found in method_or_planner_unions(module_name(path), parsed(path))]
+
+
+def test_the_assembly_checks_find_what_they_look_for():
+    tree = ast.parse("""
+decoder.optimum = OptimumRecorder()
+lm.prefill_progress: object = None
+self.optimum = None
+class A:
+    def f(self): pass
+    @property
+    def g(self): pass
+    @g.setter
+    def g(self, value): pass
+    def f(self): pass
+schedule: Method | None | Planner = None
+""")
+    assert patched_after_assembly("m", tree) == ["m:2 sets .optimum", "m:3 sets .prefill_progress"]
+    assert methods_defined_twice("m", tree) == ["m: A.f"]
+    assert method_or_planner_unions("m", tree)[:1] == ["m:12 Method | Planner"]

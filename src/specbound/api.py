@@ -34,7 +34,7 @@ from tqdm import tqdm
 from specbound.checks import positive_int, seed_value, unicode_text
 from specbound.engine import RunStats, build_method
 from specbound.engine.assembly import assemble
-from specbound.engine.backends import BACKENDS, PREFILL_CHUNK, get_backend
+from specbound.engine.backends import PREFILL_CHUNK
 from specbound.engine.method_text import parse_method
 from specbound.engine.methods import method_options
 from specbound.engine.optimum import BUDGET as OPTIMUM_BUDGET
@@ -113,14 +113,12 @@ class Speculator:
                              f"the target {AS_LOADED} (target_precision={AS_LOADED!r}, --target-precision "
                              f"{AS_LOADED})")
         sources = [target, None if drafter in ("prompt-lookup", "suffix") else draft]
-        self.backend = pair.backend if pair is not None else resolve_backend(backend, sources, device)
+        self.backend = pair.backend if pair is not None else resolve_backend(backend, sources, device,
+                                                                             target_precision)
         if target_precision not in self.backend.precisions(device):
-            if backend != "auto" or pair is not None:
-                raise ValueError(f"target_precision: the {self.backend.name} backend runs a model "
-                                 f"{' or '.join(self.backend.precisions(device))} on {device.type}, not "
-                                 f"{target_precision}: choose another backend")
-            self.backend = next(candidate for candidate in map(get_backend, BACKENDS)
-                                if target_precision in candidate.precisions(device))  # int8/int4: torch's copies
+            raise ValueError(f"target_precision: the {self.backend.name} backend runs a model "
+                             f"{' or '.join(self.backend.precisions(device))} on {device.type}, not "
+                             f"{target_precision}: choose another backend")
         if drafter in ("prompt-lookup", "suffix"):
             draft = None
         elif (pair.draft if pair is not None else draft) is None:
@@ -203,7 +201,8 @@ class Speculator:
         """', at least about N s on this machine' for a prefill of ``tokens`` by both models,
         from the measured costs in the cache (``engine.costs.prefill_seconds``), or '' where
         they are unknown."""
-        from specbound.engine.costs import CostBook, prefill_seconds
+        from specbound.engine.cost_book import CostBook
+        from specbound.engine.costs import prefill_seconds
 
         book = CostBook(self.cache_dir / "costs.json")
         models = [model for model in (self.pair.target, self.pair.draft if self.drafter == "model" else None)

@@ -24,7 +24,7 @@ def test_ctrl_c_while_models_load_ends_with_one_line_and_status_130(monkeypatch,
         raise KeyboardInterrupt
 
     monkeypatch.setattr("specbound.models.loading.load_model", interrupted)
-    monkeypatch.setattr("specbound.models.pair.load_llamacpp_pair", interrupted)
+    monkeypatch.setattr("specbound.models.loading.gguf_file", interrupted)
     assert main(["generate", "hi", "--quiet"]) == 130
     message = capsys.readouterr().err.strip()
     assert message == "specbound generate: interrupted"

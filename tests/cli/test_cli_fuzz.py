@@ -12,7 +12,7 @@ status but 0 and 2, no time beyond the bound.
 
 ``run``, ``generate``, ``serve`` and ``study`` must check their values before any model
 loads: the two ways a pair loads (``models.loading.load_model``, llama.cpp's
-``load_llamacpp_pair``) are replaced by stubs that raise ``cli_fixtures.ModelWouldLoad``
+``models.loading.gguf_file``) are replaced by stubs that raise ``cli_fixtures.ModelWouldLoad``
 (``conftest.no_model_loads``), and reaching one counts as "accepted" (no model is ever loaded
 here, and no server listens).
 Their --target/--draft name models, which only loading can check; they are not fuzzed.

@@ -3,6 +3,7 @@ differs between torch and llama.cpp, one copy of the language models' input chec
 that is plain data, one factory for decoder and schedule, and a registry light enough for
 the command line."""
 
+import copy
 import subprocess
 import sys
 import typing
@@ -83,3 +84,29 @@ def test_the_registry_and_the_precision_names_load_without_torch():
             "print('torch' in sys.modules)")
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert shown.strip() == "False"
+
+
+def test_a_backend_scores_a_sequence_in_one_plain_forward_and_leaves_the_model_as_it_was(target_model):
+    """``sequence_logits``: the last positions' logits of one forward over the sequence; with a
+    wider ``dtype`` the model computes in it (cast there and back, or its twin) and its logits
+    are rounded to the model's own dtype."""
+    backend, tokens = get_backend("torch"), [1, 2, 3, 4, 5]
+    with torch.no_grad():
+        expected = target_model(input_ids=torch.tensor([tokens])).logits[0, -2:]
+    torch.testing.assert_close(backend.sequence_logits(target_model, tokens, 2), expected)
+    bf16 = copy.deepcopy(target_model).to(torch.bfloat16)
+    in_float32 = backend.sequence_logits(bf16, tokens, 2, dtype=torch.float32)
+    assert next(bf16.parameters()).dtype == torch.bfloat16 and in_float32.dtype == torch.float32
+    twin = backend.float32_twin(bf16)
+    with torch.no_grad():
+        rounded = twin(input_ids=torch.tensor([tokens]), logits_to_keep=2).logits[0].to(torch.bfloat16).float()
+    torch.testing.assert_close(in_float32, rounded, rtol=0, atol=0)
+    torch.testing.assert_close(backend.sequence_logits(bf16, tokens, 2, dtype=torch.float32, twin=twin), rounded,
+                               rtol=0, atol=0)
+    assert backend.logits_size(target_model) == VOCAB
+
+
+def test_a_backend_without_twins_refuses_one_naming_float32_twins():
+    pytest.importorskip("llama_cpp")
+    with pytest.raises(ValueError, match="^float32_twins: the llama.cpp backend keeps no float32 twins"):
+        get_backend("llama.cpp").float32_twin(object())

@@ -119,7 +119,7 @@ def test_the_cpu_backend_names_the_extra_buffer_types_its_build_reports():
 
 
 def test_the_cost_book_keeps_each_kernel_choice_apart(probe_model):
-    from specbound.engine.costs import cost_key
+    from specbound.engine.cost_book import cost_key
 
     model = llamacpp.LlamaCppModel(probe_model, threads=1)
     keys = set()

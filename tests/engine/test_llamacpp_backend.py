@@ -312,7 +312,7 @@ def test_auto_plans_on_llama_cpp_costs_measured_once(gguf_models, tmp_path):
     """``auto`` on a llama.cpp pair: the cost book measures each GGUF model's forwards once
     under a llama.cpp key (version, threads, file), and the planner decodes with them."""
     from specbound.engine.assembly import assemble
-    from specbound.engine.costs import CostBook
+    from specbound.engine.cost_book import CostBook
     from specbound.engine.pair import ModelPair
 
     pair = ModelPair(target=gguf_models[0], draft=gguf_models[1], vocab_size=gguf_models[0].n_vocab,

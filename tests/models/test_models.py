@@ -410,12 +410,13 @@ def test_float32_twins_prefill_only_where_float32_is_measured_faster(float32_fas
     """A bf16 pair keeps its float32 twins (scoring is float32 by definition), and its
     decoders prefill with them only where the machine's probe says a long float32 forward
     beats bf16; a float32 pair has none."""
-    from specbound.engine import Processing, build_method, costs
+    from specbound.engine import Processing, build_method
     from specbound.engine.assembly import assemble
+    from specbound.engine.backends import torch as torch_backend
     from specbound.models.pair import load_pair
 
     monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(costs, "float32_beats_bf16", lambda: float32_faster)
+    monkeypatch.setattr(torch_backend, "float32_beats_bf16", lambda: float32_faster)
     path = str(tiny_gguf[1])
     pair = load_pair(path, path, dtype=torch.bfloat16, progress=False)
     assert pair.target_twin is not None and pair.draft_twin is not None
@@ -426,8 +427,34 @@ def test_float32_twins_prefill_only_where_float32_is_measured_faster(float32_fas
     assert load_pair(path, path, dtype=torch.float32, progress=False).target_twin is None
 
 
+def test_a_pair_loads_through_its_backend_alike_on_torch_and_llama_cpp(tiny_gguf, tmp_path, monkeypatch):
+    """``load_pair`` asks the backend to load each file (``Backend.load``): the same GGUF file
+    gives the same vocabulary, EOS ids and prompt encoding on both backends, each recording
+    its own settings, and a scoring forward (``Backend.sequence_logits``) gives the same laws
+    up to llama.cpp's float16 keys and values."""
+    pytest.importorskip("llama_cpp")
+    from specbound.models.pair import load_pair
+
+    monkeypatch.setenv("SPECBOUND_CACHE", str(tmp_path / "cache"))
+    path = str(tiny_gguf[1])
+    on_torch = load_pair(path, path, dtype=torch.float32, progress=False)
+    on_llama = load_pair(path, path, progress=False, backend="llama.cpp", threads=1)
+    assert (on_torch.backend.name, on_llama.backend.name) == ("torch", "llama.cpp")
+    assert on_torch.vocab_size == on_llama.vocab_size == len(TINY_TOKENS)
+    assert on_torch.eos_token_ids == on_llama.eos_token_ids == (TINY_TOKENS.index("<|im_end|>"),)
+    assert on_torch.encode("ab cd") == on_llama.encode("ab cd")
+    assert on_torch.description["dtype"] == "float32" and on_torch.description["float32_twins"] is False
+    assert on_torch.target_twin is None
+    assert on_llama.description["target_file"].startswith("tiny-qwen2.gguf: ")
+    assert on_llama.description["threads"] == 1 and on_llama.target_twin is None
+    prompt = PROMPT_IDS[0].tolist()
+    laws = [pair.backend.sequence_logits(pair.target, prompt, 3).softmax(-1) for pair in (on_torch, on_llama)]
+    assert laws[0].shape == laws[1].shape == (3, len(TINY_TOKENS))
+    assert 0.5 * (laws[0] - laws[1]).abs().sum(-1).max() < 1e-3
+
+
 def test_the_float32_probe_answers_with_a_bool():
-    from specbound.engine.costs import float32_beats_bf16
+    from specbound.engine.backends.torch import float32_beats_bf16
 
     assert isinstance(float32_beats_bf16(rows=16, width=64, repeats=1), bool)
 

@@ -16,7 +16,7 @@ from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_
 from specbound.engine.assembly import assemble
 from specbound.engine.backends import Entries
 from specbound.engine.backends.torch_quantize import Int4Linear, Int8Linear, int4_grid, precision_of, quantize
-from specbound.engine.costs import cost_key
+from specbound.engine.cost_book import cost_key
 from specbound.engine.pair import ModelPair
 from specbound.engine.precisions import AS_LOADED, PRECISIONS, precision_name
 

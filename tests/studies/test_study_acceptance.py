@@ -271,10 +271,10 @@ def test_float32_twins_prefill_and_score_while_the_model_decodes(float32_faster,
     import copy
     import dataclasses
 
-    from specbound.engine import costs
-    from specbound.models.pair import float32_twin
+    from specbound.engine.backends import torch as torch_backend
 
-    monkeypatch.setattr(costs, "float32_beats_bf16", lambda: float32_faster)
+    monkeypatch.setattr(torch_backend, "float32_beats_bf16", lambda: float32_faster)
+    float32_twin = torch_backend.BACKEND.float32_twin
 
     base = tiny_pair()
     target, draft = (copy.deepcopy(model).to(torch.bfloat16) for model in (base.target, base.draft))

@@ -178,20 +178,15 @@ def _backend_or_none(model):
 
 
 def _load(path: Path, progress: bool):
-    """The language model of the file or folder ``path``."""
-    if path.is_file() and path.suffix == ".gguf":
-        from specbound.engine.backends.llamacpp import LlamaCppLM, LlamaCppModel, llama_cpp_available
+    """The language model of the file or folder ``path``, on the backend ``auto`` chooses for
+    it (``models.backends.resolve_backend``), in float32 where the backend converts weights;
+    no tokenizer is read."""
+    if not (path.is_file() and path.suffix == ".gguf") and not (path.is_dir() and (path / "config.json").is_file()):
+        raise ValueError(f"reference: {str(path)!r} is neither a .gguf file nor a Hugging Face folder with a "
+                         "config.json")
+    from specbound.models.backends import resolve_backend
+    from specbound.models.loading import ModelFiles
 
-        if llama_cpp_available():
-            return LlamaCppLM(LlamaCppModel(path))
-        from specbound.engine import CausalLM
-        from specbound.models.loading import load_model
-
-        return CausalLM(load_model(path, dtype=torch.float32, progress=progress).model)
-    if path.is_dir() and (path / "config.json").is_file():
-        from transformers import AutoModelForCausalLM
-
-        from specbound.engine import CausalLM
-
-        return CausalLM(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True).eval())
-    raise ValueError(f"reference: {str(path)!r} is neither a .gguf file nor a Hugging Face folder with a config.json")
+    backend = resolve_backend("auto", [path])
+    model, _ = backend.load(path, ModelFiles(progress), torch.float32, tokenizer=False)
+    return backend.language_model(model)

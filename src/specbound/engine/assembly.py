@@ -7,7 +7,7 @@ draft model's (``ModelDrafter``), prompt lookup's (``PromptLookupDrafter``), bot
 
 - a fixed ``Method`` (built by ``methods.build_method``): its own schedule, drafting with
   ``drafter`` when it drafts;
-- ``"auto"``: a ``Planner`` over this machine's measured forward costs (``costs.CostBook``,
+- ``"auto"``: a ``Planner`` over this machine's measured forward costs (``cost_book.CostBook``,
   kept in ``<cache>/costs.json``) and the acceptance it sees, choosing the method step by
   step among candidates that draft with the draft model (when the pair has one) or by prompt
   lookup, whose drafts cost no forward. The draft runs each forward at the precision of
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from specbound.engine.costs import CostBook
+from specbound.engine.cost_book import CostBook
 from specbound.engine.decode import Decoder
 from specbound.engine.drafters import DrafterChoice, ModelDrafter, PromptLookupDrafter
 from specbound.engine.methods import Budget, Method, Schedule

@@ -1,10 +1,13 @@
-"""What identifies this machine and a file on it, for the caches keyed by them (the cost book,
-the AMX probe's verdicts): the processor's model and flags, and a file's identity. Plain
-Python, no torch: the AMX probe's parent reads them before any model loads."""
+"""What identifies this machine, a file and a model on it, for the caches and records keyed
+by them (the cost book, the quantised copies, the AMX probe's verdicts, the benchmarks'
+records): the processor's model and flags (or the GPU), a file's identity and a loaded torch
+model's. Imports no torch (the AMX probe's parent reads them before any model loads): a GPU's
+name imports it when asked for."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 from pathlib import Path
 
@@ -29,3 +32,29 @@ def file_fingerprint(path: Path) -> str:
     build of a library) from another without reading a gigabyte."""
     status = path.stat()
     return hashlib.sha256(f"{path.resolve()}:{status.st_size}:{status.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+
+def hardware_key(device="cpu") -> str:
+    """The processor (model name and a hash of its flags) or, for a CUDA ``device``, the GPU's name."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    description = cpu_description()
+    return description["model"] + " " + hashlib.sha256(description["flags"].encode()).hexdigest()[:12]
+
+
+def model_fingerprint(model) -> str:
+    """A short hash of a torch model's configuration, dtype, parameter count and a sample of
+    its weights: the same model loaded twice has the same fingerprint."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
+    count = 0
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        count += tensor.numel()
+        if tensor.device.type != "meta" and tensor.numel():
+            digest.update(tensor.flatten()[:64].float().cpu().numpy().tobytes())
+    digest.update(str(count).encode())
+    return digest.hexdigest()[:16]

@@ -59,10 +59,29 @@ DEFAULT_DRAFT = "default-draft"
 
 
 class LoadedModel(NamedTuple):
-    """A causal LM in eval mode and the tokenizer it was trained with."""
+    """A causal LM in eval mode and the tokenizer it was trained with (None where not asked for)."""
 
     model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase
+    tokenizer: PreTrainedTokenizerBase | None
+
+
+class ModelFiles:
+    """A model source resolved to files, offline, for a backend's loader
+    (``engine.backends.ModelFiles``): files kept under ``cache_dir`` (default
+    ``paths.default_cache_dir()``), ``progress`` shown on stderr."""
+
+    def __init__(self, progress: bool = True, cache_dir: str | os.PathLike | None = None):
+        self.progress = progress
+        self.cache_dir = cache_dir
+
+    def gguf(self, source) -> tuple[Path, str]:
+        return gguf_file(source, self.cache_dir, self.progress)
+
+    def gguf_tokenizer(self, path: Path, sha256: str) -> PreTrainedTokenizerBase:
+        return load_gguf_tokenizer(path, sha256, self.cache_dir, self.progress)
+
+    def transformers(self, source, dtype: torch.dtype, tokenizer: bool = True) -> LoadedModel:
+        return load_model(source, dtype, self.cache_dir, self.progress, tokenizer)
 
 
 @offline()
@@ -71,13 +90,14 @@ def load_model(
     dtype: torch.dtype = torch.bfloat16,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
+    tokenizer: bool = True,
 ) -> LoadedModel:
-    """Load ``source`` (embedded model name, ``.gguf`` file or Hugging Face directory) in ``dtype``.
+    """Load ``source`` (embedded model name, ``.gguf`` file or Hugging Face directory) in ``dtype``,
+    with its tokenizer (None without ``tokenizer``: a folder need not hold one).
 
     bfloat16 is the default dtype of the torch backend; what a forward of several tokens costs
-    in it depends on the CPU (``engine.costs`` says what is measured where, and the planner
-    measures it). ``cache_dir``
-    defaults to ``specbound.paths.default_cache_dir()``; ``progress`` shows the
+    in it depends on the CPU (``engine.cost_probe`` measures it, and the planner plans on it).
+    ``cache_dir`` defaults to ``specbound.paths.default_cache_dir()``; ``progress`` shows the
     fetch, convert and load steps on stderr. Raises ValueError for a source that is none
     of the three, and ``models.gguf.ModelPackageMissingError`` when an embedded model's
     wheels are not installed.
@@ -86,14 +106,13 @@ def load_model(
         raise ValueError(f"dtype: expected a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     if isinstance(source, str) and source in EMBEDDED_GGUFS:
-        return _load_gguf(
-            EMBEDDED_GGUFS[source].sha256, lambda: fetch_gguf(source, cache_root, progress), dtype, cache_root, progress
-        )
+        return _load_gguf(EMBEDDED_GGUFS[source].sha256, lambda: fetch_gguf(source, cache_root, progress), dtype,
+                          cache_root, progress, tokenizer)
     path = Path(source)
     if path.is_dir() and (path / "config.json").is_file():
-        return _load_pretrained(path, dtype, progress)
+        return _load_pretrained(path, dtype, progress, tokenizer)
     if path.is_file() and path.suffix == ".gguf":
-        return _load_gguf(sha256_of_file(path, progress), lambda: path, dtype, cache_root, progress)
+        return _load_gguf(sha256_of_file(path, progress), lambda: path, dtype, cache_root, progress, tokenizer)
     raise ValueError(
         f"source: {str(source)!r} is neither an embedded model ({', '.join(EMBEDDED_GGUFS)}), "
         f"an existing .gguf file, nor a Hugging Face model directory with a config.json"
@@ -138,35 +157,41 @@ def load_gguf_tokenizer(path: Path, sha256: str, cache_dir=None, progress: bool 
 
 
 def check_shared_vocabulary(target: LoadedModel, draft: LoadedModel) -> int:
-    """The vocabulary size both models' probabilities must be cut to; ValueError if they share none.
-
-    Speculative decoding compares the target's p(x) with the draft's q(x) token by token, so
-    a token id must mean the same string in both: the two tokenizers must map every token
-    (added ones included) to the same id. Each model's output layer must have a row for
-    every such id. Models often round their output layer up past the tokenizer (padding
-    rows no string maps to). Returned: ``min(target rows, draft rows)`` -- all real tokens
-    lie below it, and when the row counts differ the rows at or past it exist in one model
-    only and are padding. Slicing both models' logits to ``[..., :size]`` then leaves the
-    target's law untouched when the counts agree, and removes only padding when they do not.
-    """
-    vocabularies = {}
+    """The vocabulary size both transformers models' probabilities must be cut to
+    (``shared_vocabulary`` of their tokenizers and output layers); ValueError if they share none."""
+    tokenizers, rows = {}, {}
     for label, loaded in (("target", target), ("draft", draft)):
         if not (isinstance(loaded, tuple) and len(loaded) == 2):
             raise ValueError(f"{label}: expected a LoadedModel (model, tokenizer), got {type(loaded).__name__}")
-        vocabularies[label] = loaded[1].get_vocab()
-    if vocabularies["target"] != vocabularies["draft"]:
+        tokenizers[label], rows[label] = loaded[1], loaded[0].get_output_embeddings().weight.shape[0]
+    return shared_vocabulary(tokenizers, rows)
+
+
+def shared_vocabulary(tokenizers: dict, rows: dict[str, int]) -> int:
+    """The vocabulary size the probabilities of models with ``tokenizers`` and ``rows`` logits
+    per row (both by "target" and, for a pair, "draft") must be cut to; ValueError naming the
+    model if they share none.
+
+    Speculative decoding compares the target's p(x) with the draft's q(x) token by token, so
+    a token id must mean the same string in both: the two tokenizers must map every token
+    (added ones included) to the same id. Each model's output must have a row for every such
+    id. Models often round their output layer up past the tokenizer (padding rows no string
+    maps to). Returned: the least row count -- all real tokens lie below it, and when the row
+    counts differ the rows at or past it exist in one model only and are padding. Slicing
+    both models' logits to ``[..., :size]`` then leaves the target's law untouched when the
+    counts agree, and removes only padding when they do not.
+    """
+    vocabularies = {label: tokenizer.get_vocab() for label, tokenizer in tokenizers.items()}
+    if "draft" in vocabularies and vocabularies["target"] != vocabularies["draft"]:
         raise ValueError(
             f"draft: its tokenizer differs from the target's ({_describe_difference(vocabularies)}); "
             f"speculative decoding needs one shared vocabulary"
         )
     num_real_tokens = max(vocabularies["target"].values()) + 1
-    rows = {}
-    for label, loaded in (("target", target), ("draft", draft)):
-        rows[label] = loaded[0].get_output_embeddings().weight.shape[0]
-        if rows[label] < num_real_tokens:
+    for label, count in rows.items():
+        if count < num_real_tokens:
             raise ValueError(
-                f"{label}: its output layer has {rows[label]} rows, fewer than the tokenizer's "
-                f"{num_real_tokens} token ids"
+                f"{label}: its output layer has {count} rows, fewer than the tokenizer's {num_real_tokens} token ids"
             )
     return min(rows.values())
 
@@ -181,13 +206,14 @@ def _describe_difference(vocabularies: dict[str, dict[str, int]]) -> str:
 
 
 def _load_gguf(
-    gguf_sha256: str, find_gguf: Callable[[], Path], dtype: torch.dtype, cache_root: Path, progress: bool
+    gguf_sha256: str, find_gguf: Callable[[], Path], dtype: torch.dtype, cache_root: Path, progress: bool,
+    tokenizer: bool = True,
 ) -> LoadedModel:
     """Load the conversion of the GGUF with hash ``gguf_sha256``, converting it first if not cached."""
     converted = cache_root / "converted" / f"{gguf_sha256}-{str(dtype).removeprefix('torch.')}"
     if not converted.is_dir():
         _convert_gguf(find_gguf(), converted, dtype, progress)
-    return _load_pretrained(converted, dtype, progress)
+    return _load_pretrained(converted, dtype, progress, tokenizer)
 
 
 def _convert_gguf(gguf_path: Path, destination: Path, dtype: torch.dtype, progress: bool) -> None:
@@ -219,7 +245,7 @@ def _convert_gguf(gguf_path: Path, destination: Path, dtype: torch.dtype, progre
     _announce(f"converted in {time.perf_counter() - started:.0f} s, cached at {destination}", progress)
 
 
-def _load_pretrained(directory: Path, dtype: torch.dtype, progress: bool) -> LoadedModel:
+def _load_pretrained(directory: Path, dtype: torch.dtype, progress: bool, tokenizer: bool = True) -> LoadedModel:
     _announce(f"loading {directory}", progress)
     from transformers.utils import logging as transformers_logging
 
@@ -231,8 +257,8 @@ def _load_pretrained(directory: Path, dtype: torch.dtype, progress: bool) -> Loa
     finally:
         if shown:
             transformers_logging.enable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    return LoadedModel(model.eval(), tokenizer)
+    loaded_tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True) if tokenizer else None
+    return LoadedModel(model.eval(), loaded_tokenizer)
 
 
 def _announce(message: str, progress: bool) -> None:

@@ -50,6 +50,7 @@ import torch
 from specbound.checks import WorkLimitError, positive_int, within_limit
 from specbound.datasets import Prompt
 from specbound.engine import Processing
+from specbound.engine.backends import backend_of
 from specbound.engine.methods import Method, build_method
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
@@ -154,18 +155,12 @@ class FullForwards:
         self.model = model
         self.processing = processing
         self.rows: dict[tuple[int, ...], np.ndarray] = {}
-        if isinstance(model, torch.nn.Module):
-            device = next(model.parameters()).device
-            self._last_logits = lambda sequence: model(input_ids=torch.tensor([sequence], device=device)).logits[0, -1:]
-        else:  # a llama.cpp model (engine.backends.llamacpp): its own forward, in the model's scoring context
-            scorer = model.scorer()
-            self._last_logits = lambda sequence: scorer.sequence_logits(list(sequence), 1)
+        self.backend = backend_of(model)
 
     def __call__(self, sequence: tuple[int, ...]) -> np.ndarray:
         if sequence not in self.rows:
-            with torch.no_grad():
-                logits = self._last_logits(sequence)
-            row = self.processing.probs(logits.float().cpu())[0].double().numpy()
+            logits = self.backend.sequence_logits(self.model, list(sequence), 1)
+            row = self.processing.probs(logits)[0].double().numpy()
             self.rows[sequence] = row / row.sum()
         return self.rows[sequence]
 

@@ -172,8 +172,8 @@ def measured_batch_size(target_costs, sizes=BATCH_SIZES) -> int:
 
 def machine_batch_size(pair: ModelPair, cache_dir=None) -> int:
     """``measured_batch_size`` for the pair's target on this machine, from its forward costs
-    (measured once, then kept in ``<cache>/costs.json``: ``engine.costs.CostBook``)."""
-    from specbound.engine.costs import CostBook
+    (measured once, then kept in ``<cache>/costs.json``: ``engine.cost_book.CostBook``)."""
+    from specbound.engine.cost_book import CostBook
     from specbound.models.gguf import default_cache_dir
 
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()

@@ -25,7 +25,6 @@ probabilities in the engine by the internal rounding of the two forwards (mean T
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +32,7 @@ import torch
 
 from specbound.checks import positive_int
 from specbound.engine import Method, Processing, RunStats
+from specbound.engine.backends import backend_of
 from specbound.models.pair import ModelPair
 from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, list_of, optional
 
@@ -109,41 +109,17 @@ def _renormalised(probs: torch.Tensor) -> np.ndarray:
     return probs.div_(probs.sum(dim=-1, keepdim=True)).numpy()
 
 
-@contextmanager
-def computing_in(model: torch.nn.Module, dtype: torch.dtype):
-    """Cast ``model`` to ``dtype`` for the ``with`` body and back to its own dtype after
-    (lossless when ``dtype`` holds every value of the model's dtype, e.g. bf16 -> fp32)."""
-    original = next(model.parameters()).dtype
-    if original == dtype:
-        yield model
-        return
-    model.to(dtype)
-    try:
-        yield model
-    finally:
-        model.to(original)
-
-
-def next_token_probs(
-    model: torch.nn.Module, prompt_ids, tokens, processing: Processing, twin: torch.nn.Module | None = None
-) -> np.ndarray:
+def next_token_probs(model, prompt_ids, tokens, processing: Processing, twin=None) -> np.ndarray:
     """Row t = law of token t given the prompt and tokens[:t], from one forward over
-    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only), computed in
-    ``SCORING_DTYPE`` (by ``twin``, the model's float32 copy, when given; else by casting
-    the model), logits rounded to the model's dtype; rows in float64, renormalised. A
-    llama.cpp model (``engine.backends.llamacpp``) scores with its own forward at the file's types.
-    # -> [len(tokens), vocab] float64"""
+    prompt + tokens[:-1] (logits kept for the last len(tokens) positions only) on the
+    model's backend (``Backend.sequence_logits``): in ``SCORING_DTYPE`` where the backend
+    converts weights (by ``twin``, the model's float32 copy, when given; else by casting the
+    model), logits rounded to the model's dtype; a GGUF file at its own types on llama.cpp.
+    Rows in float64, renormalised.  # -> [len(tokens), vocab] float64"""
     if not tokens:
         raise ValueError("tokens: expected at least one generated token")
-    if not isinstance(model, torch.nn.Module):  # a llama.cpp model: its own forward, at the file's precision
-        logits = model.scorer().sequence_logits(list(prompt_ids) + list(tokens[:-1]), len(tokens))
-        return _renormalised(processing.probs(logits))
-    parameter = next(model.parameters())
-    input_ids = torch.tensor([list(prompt_ids) + list(tokens[:-1])], device=parameter.device)
-    scoring = computing_in(model, SCORING_DTYPE) if twin is None else nullcontext(twin)
-    with torch.no_grad(), scoring as scorer:
-        logits = scorer(input_ids=input_ids, logits_to_keep=len(tokens)).logits[0]
-    logits = logits.to(parameter.dtype).float().cpu()  # the precision the model's outputs have
+    logits = backend_of(model).sequence_logits(model, list(prompt_ids) + list(tokens[:-1]), len(tokens),
+                                               SCORING_DTYPE, twin)
     return _renormalised(processing.probs(logits))
 
 

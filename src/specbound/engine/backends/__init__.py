@@ -10,10 +10,13 @@ kept (``commit``). Two backends implement it:
 - ``llama.cpp`` (``backends.llamacpp``): a GGUF file as it is, on llama.cpp's CPU kernels,
   with the probe that decides whether its AMX kernels may run (``llamacpp_amx``).
 
-A ``Backend`` object says everything that differs between them — the language model over a
-loaded model, its device and context, its cost-book key, the precisions it runs, whether it
-can run given models on a device — so nothing outside this package asks which backend it
-holds. ``BaseLM`` holds the checks both language models make of their inputs, once.
+A ``Backend`` object says everything that differs between them — how it loads a model from
+the files the models layer finds (``ModelFiles``), what a pair records of it, the language
+model over a loaded model, one plain forward over a sequence (``sequence_logits``), its
+device and context, its cost-book key, the precisions it runs, whether it can run given
+models on a device — so nothing outside this package asks which backend it holds, and a
+third backend is a module here and an entry in ``_MODULES``. ``BaseLM`` holds the checks
+both language models make of their inputs, once.
 
 This module imports no torch (the command line builds its choices from it); a backend's
 module loads when ``get_backend`` first names it.
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import torch
 
 BACKENDS = ("llama.cpp", "torch")  # in the order "auto" prefers them
@@ -164,8 +169,8 @@ class Rounding:
     """How far one sequence's next-token laws at temperature 0.7 differ between batch shapes
     on a backend's kernels — the reference's way (the prompt prefilled alone, then one
     forward over the continuation) against one row or four rows a forward — measured on the
-    default target (``benchmarks/bench_audit_rounding.py``,
-    ``benchmarks/results/audit_rounding.json``) and rounded up with a margin: how far a
+    default target (``benchmarks/audit/bench_audit_rounding.py``,
+    ``benchmarks/results/audit/rounding.json``) and rounded up with a margin: how far a
     correct speculative engine's rows may lie from an auditor's reference on these kernels
     (``specbound.audit``'s tolerances).
 
@@ -178,6 +183,18 @@ class Rounding:
     row_tv: float
     score_drift: float
     score_variance: float
+
+
+class ModelFiles(Protocol):
+    """What the models layer (``models.loading.ModelFiles``) hands a backend's loader: a model
+    source — an embedded model's name, a ``.gguf`` path or a Hugging Face folder — resolved to
+    files, offline, with its progress shown or not."""
+
+    def gguf(self, source) -> tuple[Path, str]: ...  # the GGUF file and its SHA-256
+
+    def gguf_tokenizer(self, path: Path, sha256: str): ...  # the tokenizer transformers reads from that file
+
+    def transformers(self, source, dtype: torch.dtype, tokenizer: bool = True) -> tuple: ...  # (model, tokenizer)
 
 
 class Backend:
@@ -213,6 +230,39 @@ class Backend:
         and its ``variants`` at other precisions where the backend has them)."""
         raise NotImplementedError
 
+    def load(self, source, files: ModelFiles, dtype: torch.dtype, threads: int | None = None,
+             tokenizer: bool = True) -> tuple:
+        """``source`` loaded this backend's way from ``files``: (model, its tokenizer, or None
+        without ``tokenizer``). ``dtype``: the weights' dtype where the backend converts them;
+        ``threads``: CPU threads per forward where the backend takes a number."""
+        raise NotImplementedError
+
+    def logits_size(self, model) -> int:
+        """Logits per row of ``model``'s output: its vocabulary, padding rows included."""
+        raise NotImplementedError
+
+    def eos_token_ids(self, model) -> set[int]:
+        """The EOS ids ``model``'s own files name, besides its tokenizer's."""
+        return set()
+
+    def float32_twin(self, model):
+        """An exact float32 copy of ``model`` (where ``float32_twins``)."""
+        raise ValueError(f"float32_twins: the {self.name} backend keeps no float32 twins")
+
+    def models_description(self, target, draft) -> dict:
+        """What a pair records of its loaded models besides its settings
+        (``settings_description``): their files, threads."""
+        return {}
+
+    def sequence_logits(self, model, token_ids: list[int], last: int, dtype: torch.dtype | None = None,
+                        twin=None) -> torch.Tensor:
+        """Next-token logits at the last ``last`` positions of ``token_ids``, by one plain
+        forward over the whole sequence (no cache kept, no engine): how a study scores a
+        sequence. ``dtype``: where the backend converts weights, the forward runs in it (by
+        ``twin``, the model's copy in it, when given) and its logits are rounded to the
+        model's own dtype.  # -> [last, logits] float32, on the CPU"""
+        raise NotImplementedError
+
     def device(self, model) -> torch.device:
         raise NotImplementedError
 
@@ -241,7 +291,7 @@ class Backend:
         return model
 
     def cost_precision(self, model) -> str:
-        """What the cost book keys ``model``'s costs by (``engine.costs``)."""
+        """What the cost book keys ``model``'s costs by (``engine.cost_book``)."""
         raise NotImplementedError
 
     def cost_key(self, model, precision: str, device) -> str:

@@ -35,7 +35,7 @@ every branch sequence; a cell that belongs to no sequence is free again.
 
 **Not batch-invariant.** llama.cpp's matrix products tile by the number of rows, so a row
 scored inside a k-row forward differs from the same row scored alone by rounding (how much:
-``benchmarks/bench_llamacpp_invariance.py``). Verification is exact for
+``benchmarks/llamacpp/bench_llamacpp_invariance.py``). Verification is exact for
 the rows the verification forward computed — the law sampled is the target's as that
 forward computes it, as in llama.cpp's own loop — and ``generate_batch`` gives the tokens of
 solo runs only where the forward is invariant.
@@ -62,7 +62,7 @@ from specbound.checks import positive_int
 from specbound.engine.backends import Backend, BaseLM, Entries, Rounding
 from specbound.engine.backends.interrupts import hear_swallowed_interrupts
 from specbound.engine.backends.llamacpp_amx import use_extra_buffers
-from specbound.engine.machine import file_fingerprint
+from specbound.engine.machine import file_fingerprint, hardware_key
 from specbound.engine.precisions import AS_LOADED
 
 MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: sequence ids one context may use
@@ -630,6 +630,32 @@ class LlamaCppBackend(Backend):
     def holds(self, model) -> bool:
         return isinstance(model, LlamaCppModel)
 
+    def load(self, source, files, dtype=None, threads: int | None = None, tokenizer: bool = True) -> tuple:
+        """The GGUF file as it is (memory-mapped), ``threads`` per forward (default all cores),
+        with the tokenizer transformers reads from the file (the torch backend's token ids);
+        ``dtype`` does not apply."""
+        path, sha256 = files.gguf(source)
+        model = LlamaCppModel(path, threads, fingerprint=sha256[:16])
+        return model, files.gguf_tokenizer(path, sha256) if tokenizer else None
+
+    def logits_size(self, model) -> int:
+        return model.n_vocab
+
+    def eos_token_ids(self, model) -> set[int]:
+        """The EOS id of the file's metadata (the one the torch backend's conversion puts in
+        its generation config)."""
+        return set(model.eos_token_ids)
+
+    def models_description(self, target, draft) -> dict:
+        return {"target_file": f"{target.path.name}: {target.description}",
+                "draft_file": None if draft is None else f"{draft.path.name}: {draft.description}",
+                "threads": target.threads}
+
+    def sequence_logits(self, model, token_ids: list[int], last: int, dtype=None, twin=None) -> torch.Tensor:
+        """The forward at the file's own types (``dtype`` and ``twin`` do not apply), in the
+        model's kept scoring context (``LlamaCppModel.scorer``)."""
+        return model.scorer().sequence_logits(list(token_ids), last)
+
     def language_model(self, model, twin=None, variants: dict | None = None) -> LlamaCppLM:
         return LlamaCppLM(model)
 
@@ -648,8 +674,6 @@ class LlamaCppBackend(Backend):
         return "gguf"  # the file's own types
 
     def cost_key(self, model, precision: str, device) -> str:
-        from specbound.engine.costs import hardware_key
-
         kernels = "" if model.extra_buffers else " without extra buffers"
         return (f"{hardware_key()} | llama.cpp {llama_cpp_version()}{kernels} | {model.threads} threads | "
                 f"{model.fingerprint} | {precision}")

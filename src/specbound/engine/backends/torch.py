@@ -45,15 +45,19 @@ is told the tokens done after each chunk.
 
 Written against the transformers 5.x cache API (``torch_cache``).
 
-``TorchBackend`` (``BACKEND``) is what the rest of the package knows of it: the language
-model over a module, its device and context, its int8/int4 copies on the CPU, its cost key.
+``TorchBackend`` (``BACKEND``) is what the rest of the package knows of it: a transformers
+model loaded from its files, its float32 twin, the language model over it, a plain forward
+over a sequence, its device and context, its int8/int4 copies on the CPU, its cost key.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import inspect
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -61,6 +65,7 @@ import torch
 from specbound.checks import positive_int
 from specbound.engine.backends import PREFILL_CHUNK, Backend, BaseLM, Entries, Rounding
 from specbound.engine.backends.torch_cache import SpeculativeCache
+from specbound.engine.machine import hardware_key, model_fingerprint
 from specbound.engine.precisions import AS_LOADED, PRECISIONS
 
 
@@ -433,6 +438,35 @@ class TorchBackend(Backend):
     def holds(self, model) -> bool:
         return isinstance(model, torch.nn.Module)
 
+    def load(self, source, files, dtype: torch.dtype, threads: int | None = None, tokenizer: bool = True) -> tuple:
+        """The transformers model in ``dtype`` (a GGUF file dequantised once and cached:
+        ``models.loading``); ``threads`` does not apply."""
+        return tuple(files.transformers(source, dtype, tokenizer))
+
+    def logits_size(self, model) -> int:
+        return model.get_output_embeddings().weight.shape[0]
+
+    def eos_token_ids(self, model) -> set[int]:
+        """Every EOS id of the model's generation config."""
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if configured is None:
+            return set()
+        return {configured} if isinstance(configured, int) else {int(token) for token in configured}
+
+    def float32_twin(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Every bf16/fp16 value is a float32 value: the copy computes the model's function
+        exactly, more slowly per row and faster in a long prefill on a CPU without bf16 units."""
+        return copy.deepcopy(model).to(torch.float32).eval()
+
+    def sequence_logits(self, model, token_ids: list[int], last: int, dtype: torch.dtype | None = None,
+                        twin=None) -> torch.Tensor:
+        parameter = next(model.parameters())
+        input_ids = torch.tensor([list(token_ids)], device=parameter.device)
+        scoring = nullcontext(twin) if twin is not None else computing_in(model, dtype or parameter.dtype)
+        with torch.no_grad(), scoring as scorer:
+            logits = scorer(input_ids=input_ids, logits_to_keep=last).logits[0]
+        return logits.to(parameter.dtype).float().cpu()  # the precision the model's outputs have
+
     def language_model(self, model, twin=None, variants: dict | None = None) -> CausalLM:
         """A ``CausalLM`` over ``model``, prefilled by ``twin`` where that pays
         (``prefill_twin``), with its ``variants``."""
@@ -471,19 +505,61 @@ class TorchBackend(Backend):
         return str(next(model.parameters()).dtype).removeprefix("torch.") if precision == AS_LOADED else precision
 
     def cost_key(self, model, precision: str, device) -> str:
-        from specbound.engine.costs import machine_key, model_fingerprint
-
         return f"{machine_key(device)} | {model_fingerprint(model)} | {precision}"
+
+
+def machine_key(device: torch.device | str = "cpu") -> str:
+    """What makes torch timings comparable: the hardware (``engine.machine.hardware_key``), the
+    torch version and the number of threads."""
+    return f"{hardware_key(device)} | torch {torch.__version__} | {torch.get_num_threads()} threads"
+
+
+@contextmanager
+def computing_in(model: torch.nn.Module, dtype: torch.dtype):
+    """Cast ``model`` to ``dtype`` for the ``with`` body and back to its own dtype after
+    (lossless when ``dtype`` holds every value of the model's dtype, e.g. bf16 -> fp32)."""
+    original = next(model.parameters()).dtype
+    if original == dtype:
+        yield model
+        return
+    model.to(dtype)
+    try:
+        yield model
+    finally:
+        model.to(original)
 
 
 def prefill_twin(twin: torch.nn.Module | None) -> torch.nn.Module | None:
     """``twin`` where a float32 prefill is measured faster than bf16 on this CPU
-    (``engine.costs.float32_beats_bf16``), else None: on a GPU, or where bf16 has matrix units."""
+    (``float32_beats_bf16``), else None: on a GPU, or where bf16 has matrix units."""
     if twin is None or _device_of(twin).type != "cpu":
         return None
-    from specbound.engine.costs import float32_beats_bf16
-
     return twin if float32_beats_bf16() else None
+
+
+@functools.cache
+def float32_beats_bf16(rows: int = 256, width: int = 1536, repeats: int = 3) -> bool:
+    """Whether a long forward runs faster in float32 than in bf16 on this CPU, measured: one
+    [rows × width] by [width × 4·width] product in each dtype (a prefill's MLP layer), the
+    minimum over ``repeats``; float32 wins when bf16 takes over 1.25× as long. True on an
+    AVX2-only CPU (bf16 is emulated there), False with AVX512-BF16 or AMX (native bf16
+    units). Measured once per process."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn((rows, width), generator=generator)
+    weight = torch.randn((4 * width, width), generator=generator)
+
+    def seconds(dtype: torch.dtype) -> float:
+        x, w = inputs.to(dtype), weight.to(dtype)
+        best = float("inf")
+        with torch.no_grad():
+            torch.nn.functional.linear(x, w)  # first call: kernel selection
+            for _ in range(repeats):
+                started = time.perf_counter()
+                torch.nn.functional.linear(x, w)
+                best = min(best, time.perf_counter() - started)
+        return best
+
+    return seconds(torch.bfloat16) > 1.25 * seconds(torch.float32)
 
 
 BACKEND = TorchBackend()

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from specbound.engine.machine import model_fingerprint
 from specbound.engine.precisions import AS_LOADED, precision_name
 
 INT4_GROUP = 32
@@ -186,8 +187,6 @@ def quantize(model: torch.nn.Module, precision: str, head: bool = True, cache_di
         return model
     if next(model.parameters()).device.type != "cpu":
         raise ValueError(f"precision: {precision} kernels are CPU kernels; on a GPU keep the model {AS_LOADED}")
-    from specbound.engine.costs import model_fingerprint
-
     saved_path = None
     if cache_dir is not None:
         key = f"{model_fingerprint(model)}-{precision}{'' if head else '-nohead'}-torch{torch.__version__}"
