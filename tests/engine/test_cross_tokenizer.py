@@ -241,3 +241,25 @@ def test_accept_restricts_the_draft_to_the_shared_tokens_and_prints_the_bound(ca
     assert "shared: the draft puts no mass on the shared tokens" in capsys.readouterr().err
     assert main([*pair, "--shared", "0,4"]) == 2
     assert "shared: expected token indices in [0, 4)" in capsys.readouterr().err
+
+
+def test_cross_tokenizer_drafts_on_llama_cpp_generate_the_target_sequence_law(tmp_path, target_model,
+                                                                              other_draft_model, vocabulary):
+    """The same as above on llama.cpp's kernels (tiny GGUF files of both models, the chain
+    case; one sequence at a time: llama.cpp is not batch-invariant)."""
+    from specbound.engine.backends import llamacpp
+
+    if not llamacpp.llama_cpp_available():
+        pytest.skip("llama-cpp-python is not installed")
+    from gguf_fixtures import write_gguf
+    from test_llamacpp_backend import llamacpp_law
+
+    target = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "target.gguf"), threads=1)
+    draft = llamacpp.LlamaCppModel(write_gguf(other_draft_model, tmp_path / "draft.gguf"), threads=1)
+    processing = Processing()
+    drafter = ModelDrafter(llamacpp.LlamaCppLM(draft, context_cells=256), RestrictedProcessing(processing, vocabulary))
+    decoder = Decoder(llamacpp.LlamaCppLM(target, context_cells=256), CrossTokenizerDrafter(drafter, vocabulary),
+                      processing, eos_token_ids=[EOS])
+    samples = sample_sequences(decoder, build_method("chain", gamma=2), batched=False)
+    law = llamacpp_law(llamacpp.LlamaCppLM(target, context_cells=256), PROMPT, processing, NEW_TOKENS)
+    assert chi_square_pvalue(samples, law) > SIGNIFICANCE
