@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy import stats as scipy_stats
 
-from specbound.audit.pit import (FLOOR, ContextGroup, context_test, detectable_sharpening, detectable_shift, disagreement,
-                                 pit_values, pooled_test, sharpness_terms, sharpness_test)
+from specbound.audit.pit import (FLOOR, ContextGroup, context_test, detectable_sharpening, detectable_shift,
+                                 disagreement, pit_values, pooled_test, sharpness_terms, sharpness_test)
 
 TRIALS = 2000
 LEVEL = 0.05

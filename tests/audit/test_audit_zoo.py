@@ -1,5 +1,5 @@
-"""The zoo (``audit.zoo``): each published bug, as its engine wrote the speculative step, on a
-tiny float32 GGUF pair on llama.cpp (vocabulary 8, T = 0.9, top-k 4, three prompts) fails the
+"""The zoo (``audit.zoo``): each published bug, as its engine wrote the speculative step, on the
+zoo's tiny float32 GGUF pair on llama.cpp (vocabulary 8, T = 0.9, top-k 4, three prompts) fails the
 audit at 3,000 samples × 4 tokens and level 1e-3 where it moves a step's first token by a TV
 of at least 0.05; speculative sampling, exact-match verification and point-mass drafts pass;
 DeepSpec's bf16 drafts move it by less than any audit of this size sees; and every case's
@@ -14,50 +14,18 @@ from scipy import stats as scipy_stats
 
 from specbound.audit import audit
 from specbound.audit.auditor import samples_to_detect
-from specbound.audit.reference import Reference
-from specbound.audit.zoo import (CASES, Laws, ProcessedLM, Processors, first_token_law, first_token_tv, lm_logits,
-                                 zoo_sampler)
-from specbound.engine import CausalLM, Processing
-from specbound.models.tiny import noisy_copy, tiny_model, write_gguf
+from specbound.audit.zoo import (CASES, TINY_TEMPERATURE, TINY_TOP_K, TINY_VOCAB, first_token_law, first_token_tv,
+                                 tiny_zoo, zoo_sampler)
 
 LEVEL = 1e-3
 SAMPLES, TOKENS = 3000, 4
-TEMPERATURE, TOP_K, VOCAB = 0.9, 4, 8
-PROCESSORS = Processors(TEMPERATURE, min_p=0.2, logit_bias=((3, 1.5),))  # what SGLang #10617 ignored
 LOSSY = [case for case, (_, lossless) in CASES.items() if not lossless and case != "bf16_drafts"]
 LOSSLESS = [case for case, (_, lossless) in CASES.items() if lossless]
 
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory):
-    """Laws and references of the tiny pair: on llama.cpp where it is installed, else torch."""
-    target = tiny_model(0, vocab_size=VOCAB)
-    draft = noisy_copy(target, seed=1, noise=0.7)
-    try:
-        from specbound.engine.backends.llamacpp import LlamaCppLM, LlamaCppModel, llama_cpp_available
-    except ImportError:
-        llama_cpp_available = None
-    if llama_cpp_available is not None and llama_cpp_available():
-        folder = tmp_path_factory.mktemp("zoo")
-        files = {name: write_gguf(model, folder / f"{name}.gguf") for name, model in (("target", target),
-                                                                                      ("draft", draft))}
-
-        def language_model(name):
-            return LlamaCppLM(LlamaCppModel(files[name], threads=1))
-    else:
-        def language_model(name):
-            return CausalLM(target if name == "target" else draft)
-    rng = np.random.default_rng(0)
-    prompts = [rng.integers(1, VOCAB, size=3).tolist() for _ in range(3)]
-    processing = Processing(TEMPERATURE, TOP_K)
-    laws = Laws(lm_logits(language_model("target")), lm_logits(language_model("draft")), processing)
-    processed = Laws(laws.target_logits, laws.draft_logits, processing, PROCESSORS)
-    for prompt in prompts:
-        laws.prefetch(prompt, TOKENS - 1, VOCAB)
-        processed.prefetch(prompt, TOKENS - 1, VOCAB)
-    return {"prompts": prompts, "laws": laws, "processed": processed,
-            "reference": Reference(language_model("target")),
-            "processed_reference": Reference(ProcessedLM(language_model("target"), PROCESSORS))}
+    return tiny_zoo(tmp_path_factory.mktemp("zoo"), TOKENS)
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +35,9 @@ def audited(zoo):
 
     def run(case, processors=False):
         if (case, processors) not in results:
-            laws, reference = ((zoo["processed"], zoo["processed_reference"]) if processors
-                               else (zoo["laws"], zoo["reference"]))
-            results[case, processors] = audit(zoo_sampler(case, laws), reference, zoo["prompts"],
-                                              temperature=TEMPERATURE, top_k=TOP_K, max_new_tokens=TOKENS,
+            laws, reference = ((zoo.processed, zoo.processed_reference) if processors else (zoo.laws, zoo.reference))
+            results[case, processors] = audit(zoo_sampler(case, laws), reference, zoo.prompts,
+                                              temperature=TINY_TEMPERATURE, top_k=TINY_TOP_K, max_new_tokens=TOKENS,
                                               samples=SAMPLES, seed=0, level=LEVEL)
         return results[case, processors]
     return run
@@ -82,8 +49,8 @@ def processors_of(case: str) -> bool:
 
 @pytest.mark.parametrize("case", LOSSY)
 def test_a_published_bug_moving_a_token_by_a_tv_of_005_fails(zoo, audited, case):
-    laws = zoo["processed"] if processors_of(case) else zoo["laws"]
-    tvs = [first_token_tv(case, laws, prompt) for prompt in zoo["prompts"]]
+    laws = zoo.processed if processors_of(case) else zoo.laws
+    tvs = [first_token_tv(case, laws, prompt) for prompt in zoo.prompts]
     assert max(tvs) >= 0.05, tvs
     result = audited(case, processors_of(case))
     assert result.verdict == "failed" and result.p_value <= LEVEL, (tvs, result.reason)
@@ -92,8 +59,8 @@ def test_a_published_bug_moving_a_token_by_a_tv_of_005_fails(zoo, audited, case)
 @pytest.mark.parametrize("case", LOSSLESS)
 @pytest.mark.parametrize("processors", [False, True], ids=["plain", "min_p-logit_bias"])
 def test_a_lossless_rule_passes(zoo, audited, case, processors):
-    laws = zoo["processed"] if processors else zoo["laws"]
-    for prompt in zoo["prompts"]:
+    laws = zoo.processed if processors else zoo.laws
+    for prompt in zoo.prompts:
         assert np.allclose(first_token_law(case, laws, prompt), laws(prompt), atol=1e-12)
     result = audited(case, processors)
     assert result.verdict == "passed", result.reason
@@ -103,7 +70,7 @@ def test_a_lossless_rule_passes(zoo, audited, case, processors):
 def test_bf16_drafts_move_a_token_by_less_than_this_audit_detects(zoo, audited):
     """DeepSpec #31's bias is real but tiny: the audit passes it and says how large it may be
     (``detectable_tv``); catching it would take millions of samples."""
-    tvs = [first_token_tv("bf16_drafts", zoo["laws"], prompt) for prompt in zoo["prompts"]]
+    tvs = [first_token_tv("bf16_drafts", zoo.laws, prompt) for prompt in zoo.prompts]
     assert 0 < max(tvs) < 0.01
     result = audited("bf16_drafts")
     assert result.verdict == "passed" and result.detectable_tv > max(tvs)
@@ -114,12 +81,12 @@ def test_bf16_drafts_move_a_token_by_less_than_this_audit_detects(zoo, audited):
 def test_each_sampler_draws_its_stated_first_token_law(zoo, audited, case):
     """The first tokens of the case's 3,000 samples against ``first_token_law`` per prompt
     (χ², cells of expected count ≥ 5, significance 1e-4)."""
-    laws = zoo["processed"] if processors_of(case) else zoo["laws"]
+    laws = zoo.processed if processors_of(case) else zoo.laws
     result = audited(case, processors_of(case))
-    for index, prompt in enumerate(zoo["prompts"]):
+    for index, prompt in enumerate(zoo.prompts):
         law = first_token_law(case, laws, prompt)
         drawn = [record["tokens"][0] for record in result.samples if record["prompt"] == index]
-        counts = np.bincount(drawn, minlength=VOCAB)
+        counts = np.bincount(drawn, minlength=TINY_VOCAB)
         assert counts[law == 0].sum() == 0
         expected = law * len(drawn) / law.sum()
         kept = expected >= 5

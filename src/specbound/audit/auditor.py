@@ -20,8 +20,9 @@ with probability at most ``level``.
 **Verdicts.** ``failed``: the p-value is at most the level. ``inconclusive``: not failed, and
 either no position was scored (every sample ended at once) or the audit could not have
 detected anything: no per-position TV ≤ 1 (``detectable_tv``) and no error in temperature
-below 100% (``detectable_sharpening`` ≥ 1: a flattening to any temperature goes unseen); ``needed_samples`` then says how many samples of these prompts
-and ``max_new_tokens`` would detect a per-position TV of ``NEEDED_TV``. ``passed`` otherwise
+below 100% (``detectable_sharpening`` ≥ 1: a flattening to any temperature goes unseen);
+``needed_samples`` then says how many samples of these prompts and ``max_new_tokens`` would
+detect a per-position TV of ``NEEDED_TV``. ``passed`` otherwise
 — what it rules out is what ``detectable_tv`` and ``detectable_sharpening`` say.
 
 ``detectable_tv``: the per-position shift across the reference's probability ranking (a TV
@@ -209,7 +210,7 @@ def audit(sampler: Callable[[list[int], int, int], list[int]], reference, prompt
         if on_sample is not None:
             on_sample(index, record)
     measured = _measured_rounding(measuring, scored, rounding, largest, sharp, given)
-    defaults = (_measured_tolerances(measured, scored, pit.size, sharp) if measuring
+    defaults = (_measured_tolerances(measured, scored, pit.size) if measuring
                 else tolerances_of(getattr(scorer, "backend", None)))
     tolerance, row_tolerance, sharpness_tolerance, variance_tolerance = (
         value if value is not None else default for value, default in zip(given.values(), defaults))
@@ -261,8 +262,7 @@ def _measured_rounding(measuring: bool, scored: int, sums: np.ndarray, largest: 
                             float(sums[2] / sharp[2]) if sharp[2] > 0 else 0.0, given=explicit)
 
 
-def _measured_tolerances(measured: MeasuredRounding, scored: int, values: int,
-                         sharp: np.ndarray) -> tuple[float, None, float, float]:
+def _measured_tolerances(measured: MeasuredRounding, scored: int, values: int) -> tuple[float, None, float, float]:
     """(tolerance, None, sharpness_tolerance, variance_tolerance) from the measurement
     (``audit.tolerances``): the shared contexts' row tolerances are each group's own."""
     tolerance = (MARGIN * measured.mean_tv + ROUNDING_FLOOR) * scored / values
@@ -286,8 +286,9 @@ def _verdict(p_value: float, level: float, scored: int, detectable: float, sharp
     if scored == 0:
         return "inconclusive", "no position was scored: every sample returned no tokens", None
     if not detectable <= 1 and not sharpening < 1:
+        needed = _needed_samples(samples, max_new_tokens, scored, tolerance, level)
         return ("inconclusive", f"{scored} positions scored detect no per-position TV <= 1 nor any error in "
-                f"temperature below 100% at level {level:g}", _needed_samples(samples, max_new_tokens, scored, tolerance, level))
+                f"temperature below 100% at level {level:g}", needed)
     return "passed", f"p = {p_value:.3g} > level {level:g}", None
 
 

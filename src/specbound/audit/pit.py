@@ -1,11 +1,12 @@
-"""The auditor's two tests, on numbers only: sampled tokens against the reference's laws.
+"""The auditor's three tests, on numbers only: sampled tokens against the reference's laws.
 
 **Probability integral transform (PIT).** At a position whose reference law is ``probs``
 (a row of the vocabulary) and whose sampled token is x, rank the tokens by decreasing
 reference probability (ties: lower id first) and draw V ~ Uniform(0, 1) independent of
 everything; the randomised PIT is u = (mass of the tokens ranked before x) + V·probs[x]. If x
 was drawn from ``probs``, u ~ Uniform(0, 1) exactly; if x was drawn from a law P, u has the
-density P(y)/probs(y) on token y's interval, so TV(law of u, Uniform) = TV(P, probs). In a
+density P(y)/probs(y) on token y's interval, so TV(law of u, Uniform) = TV(P, probs). The
+reference's row at a position is a function of its context (``audit.reference``), so in a
 sampled sequence the PIT values are independent uniforms whatever the history, for each is
 uniform given everything before it; a position after the sequence ended (EOS, or fewer tokens
 than asked) gets a fresh uniform, so an audit of ``samples`` sequences of ``max_new_tokens``
@@ -41,7 +42,8 @@ reference's K most likely tokens there, and of the rest, is binomial with a prob
 that context's row tolerance of the reference's (one row's rounding, not a mean: the
 group's own, measured at its row, or one ``row_tolerance`` for all): exact binomial tails on
 both sides. The reference's row at a context and its tolerance are functions of the context
-(``audit.reference``: every row is computed in forwards of fixed shapes). Given everything before position t, the contexts at t are fixed and their next
+(``audit.reference``: every row is computed in forwards of fixed shapes). Given everything
+before position t, the contexts at t are fixed and their next
 tokens independent, so Bonferroni over the contexts and categories at t bounds the false alarm
 at t; positions are weighted in advance (the first 1/2, each later one 1/(2(T − 1))), so the
 test's false-alarm rate is at most the level. A bias in any direction at a shared context is
@@ -132,6 +134,16 @@ class PooledTest:
     n: int
 
 
+_GROWTH = np.expm1(POOLED_GRID)  # e^λ − 1 over the grid
+
+
+def _log_mixture(count: float, n: int, mean: float) -> float:
+    """log W of ``mixture_tails`` for one count, in plain floats (the bisections)."""
+    exponents = POOLED_GRID * count - n * np.log1p(_GROWTH * min(max(mean, 0.0), 1.0))
+    top = float(exponents.max())
+    return top + math.log(float(np.exp(exponents - top).sum()) / POOLED_GRID.size)
+
+
 def pooled_test(values: np.ndarray, tolerance: float, bins: int = BINS) -> PooledTest:
     """The pooled PIT test of ``values`` (module docstring).  # [N] -> PooledTest"""
     values = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -171,12 +183,12 @@ def detectable_shift(n: int, tolerance: float, level: float, bins: int = BINS, p
     for cut in edges(bins):
         for base in (cut, 1 - cut):  # the upper tail at the edge, then the lower one (mirrored: x -> 1 − x)
             null = base + tolerance
-            if null >= 1 or mixture_tails([n], n, [null])[0] > needed:  # even a count of n is not rejected
+            if null >= 1 or _log_mixture(n, n, null) < -math.log(needed):  # even a count of n is not rejected
                 return math.inf
-            threshold = _bisect(lambda x: needed - mixture_tails([x * n], n, [null])[0], null, 1.0)
+            threshold = _bisect(lambda x: _log_mixture(x * n, n, null) + math.log(needed), null, 1.0, steps=40)
             if threshold >= 1 or math.log(1 / threshold) < missed:
                 return math.inf
-            mean = _bisect(lambda m: _kl(threshold, m) - missed, threshold, 1.0 - 1e-15)
+            mean = _bisect(lambda m: _kl(threshold, m) - missed, threshold, 1.0 - 1e-15, steps=40)
             worst = max(worst, mean - base)
     return worst
 

@@ -121,7 +121,8 @@ class Reference:
                 self._prompt = None
                 self.language_model.reset(1, cells=len(prompt) + room + max(SHAPES) + 1)
                 self.language_model.prefill(0, list(prompt[:-1]))
-                self._first_alone[prompt] = self.language_model.score([Entries.chain(prompt[-1:])]).logits(0)[-1:].float()
+                scores = self.language_model.score([Entries.chain(prompt[-1:])])
+                self._first_alone[prompt] = scores.logits(0)[-1:].float()
         return self._first_alone[prompt]
 
     def _scored(self, prompt_ids: list[int], tokens: list[int], entries: int) -> torch.Tensor:

@@ -30,9 +30,15 @@ The cases (``CASES``, by name; ``lossless`` says which must pass):
   c with the residual target's probability of c, else remove c and renormalise. Lossless:
   recursive rejection sampling with point-mass drafts.
 
+``tiny_zoo(folder)`` is the zoo's own pair: tiny float32 models (``models.tiny``, vocabulary
+``TINY_VOCAB``, T = ``TINY_TEMPERATURE``, top-k ``TINY_TOP_K``, three prompts), as GGUF files on
+llama.cpp where it is installed (else on torch), with min_p and a logit bias
+(``TINY_PROCESSORS``) for the processors case: what the zoo's tests and benchmark audit.
+
 ``first_token_law(case, laws, context)`` is the law of a step's first token at ``context``
 (every sample's first token, and every later step's), by the formula of the step, and
-``first_token_tv`` its TV from the audited law p.
+``first_token_tv`` its TV from the audited law p; ``laws`` is anything called as
+``laws(context, kind)`` with the kinds of ``Laws``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import torch
 from specbound.engine.processing import Processing
 
 GAMMA = 3  # drafts per step
+TINY_VOCAB, TINY_TEMPERATURE, TINY_TOP_K = 8, 0.9, 4
 ENSEMBLE_WEIGHT = 0.85  # w of the static ensemble
 POINT_MASS_CANDIDATES = 2  # deterministic drafts per position of ``point_mass_drafts``
 
@@ -171,11 +178,15 @@ def draw(probs: np.ndarray, uniform: float) -> int:
     return min(int(np.searchsorted(np.cumsum(probs), uniform, side="right")), probs.size - 1)
 
 
+def _accept_probabilities(target_probs: np.ndarray, ratio_probs: np.ndarray) -> np.ndarray:
+    """min(1, p(x)/q(x)) for every x, 1 where q(x) = 0 < p(x).  # [vocab] x2 -> [vocab]"""
+    positive = ratio_probs > 0
+    ratio = np.divide(target_probs, ratio_probs, out=np.zeros_like(target_probs), where=positive)
+    return np.where(positive, np.minimum(1.0, ratio), (target_probs > 0).astype(float))
+
+
 def _accept_probability(target_probs: np.ndarray, ratio_probs: np.ndarray, token: int) -> float:
-    """min(1, p(x)/q(x)), 1 where q(x) = 0 < p(x)."""
-    if ratio_probs[token] <= 0:
-        return 1.0 if target_probs[token] > 0 else 0.0
-    return min(1.0, target_probs[token] / ratio_probs[token])
+    return float(_accept_probabilities(target_probs[token: token + 1], ratio_probs[token: token + 1])[0])
 
 
 def _residual(target_probs: np.ndarray, ratio_probs: np.ndarray) -> np.ndarray:
@@ -305,14 +316,12 @@ def speculative_law(target_probs: np.ndarray, drawn_probs: np.ndarray, ratio_pro
     """The law of the first token of a speculative step: drafts drawn from ``drawn_probs``, the
     ratio and the residual computed with ``ratio_probs`` (SPEC.md §1; lossless where the two
     are one law).  # [vocab] x3 -> [vocab]"""
-    accepted = np.array([drawn_probs[token] * _accept_probability(target_probs, ratio_probs, token)
-                         for token in range(target_probs.size)])
+    accepted = drawn_probs * _accept_probabilities(target_probs, ratio_probs)
     return accepted + (1 - accepted.sum()) * _residual(target_probs, ratio_probs)
 
 
 def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
     """The exact law of a step's first token at ``context`` (module docstring).  # -> [vocab]"""
-    context = list(context)
     target, draft = laws(context, "target"), laws(context, "draft")
     if case in ("speculative", "exact_match"):
         return speculative_law(target, draft, draft)
@@ -335,8 +344,7 @@ def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
         return point
     if case == "shared_noise":
         cumulative = np.cumsum(draft)
-        accepted = np.array([max(0.0, min(cumulative[token], _accept_probability(target, draft, token))
-                                 - (cumulative[token] - draft[token])) for token in range(draft.size)])
+        accepted = np.maximum(0.0, np.minimum(cumulative, _accept_probabilities(target, draft)) - (cumulative - draft))
         return accepted + (1 - accepted.sum()) * _residual(target, draft)
     if case == "point_mass_drafts":
         law, residual = np.zeros_like(target), target.copy()
@@ -350,3 +358,62 @@ def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
 def first_token_tv(case: str, laws: Laws, context) -> float:
     """TV between ``first_token_law`` and the audited law at ``context``."""
     return float(0.5 * np.abs(first_token_law(case, laws, context) - laws(context, "target")).sum())
+
+
+TINY_PROCESSORS = Processors(TINY_TEMPERATURE, min_p=0.1, logit_bias=((3, 0.5),))
+
+
+@dataclass
+class TinyZoo:
+    """The zoo's tiny pair (module docstring): its prompts, its laws without and with
+    ``TINY_PROCESSORS``, and the auditor's reference for each."""
+
+    prompts: list[list[int]]
+    laws: Laws
+    processed: Laws
+    reference: object
+    processed_reference: object
+    backend: str
+
+    def of(self, case: str) -> tuple[Laws, object]:
+        """(laws, reference) the case is audited with: the processed ones for ``ignored_processors``."""
+        return (self.processed, self.processed_reference) if case == "ignored_processors" else (self.laws,
+                                                                                                 self.reference)
+
+
+def tiny_zoo(folder, tokens: int = 4) -> TinyZoo:
+    """The tiny pair written under ``folder``, its laws computed for every context up to
+    ``tokens`` − 1 tokens after each prompt (module docstring)."""
+    from pathlib import Path
+
+    from specbound.audit.reference import Reference
+    from specbound.engine.backends.torch import CausalLM
+    from specbound.models.tiny import noisy_copy, tiny_model, write_gguf
+
+    target = tiny_model(0, vocab_size=TINY_VOCAB)
+    draft = noisy_copy(target, seed=1, noise=0.7)
+    try:
+        from specbound.engine.backends.llamacpp import LlamaCppLM, LlamaCppModel, llama_cpp_available
+        on_llama_cpp = llama_cpp_available()
+    except ImportError:
+        on_llama_cpp = False
+    if on_llama_cpp:
+        files = {name: write_gguf(model, Path(folder) / f"{name}.gguf") for name, model in (("target", target),
+                                                                                            ("draft", draft))}
+
+        def language_model(name):
+            return LlamaCppLM(LlamaCppModel(files[name], threads=1))
+    else:
+        def language_model(name):
+            return CausalLM(target if name == "target" else draft)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, TINY_VOCAB, size=3).tolist() for _ in range(3)]
+    processing = Processing(TINY_TEMPERATURE, TINY_TOP_K)
+    laws = Laws(lm_logits(language_model("target")), lm_logits(language_model("draft")), processing)
+    processed = Laws(laws.target_logits, laws.draft_logits, processing, TINY_PROCESSORS)
+    for prompt in prompts:
+        laws.prefetch(prompt, tokens - 1, TINY_VOCAB)
+        processed.prefetch(prompt, tokens - 1, TINY_VOCAB)
+    return TinyZoo(prompts, laws, processed, Reference(language_model("target")),
+                   Reference(ProcessedLM(language_model("target"), TINY_PROCESSORS)),
+                   "llama.cpp" if on_llama_cpp else "torch")
