@@ -140,8 +140,8 @@ class SharedVocabulary:
             pairs[target_eos] = draft_eos
         target_ids = torch.tensor(sorted(pairs), dtype=torch.long)
         draft_ids = torch.tensor([pairs[target] for target in sorted(pairs)], dtype=torch.long)
-        retokenizer = Retokenizer(target_tokenizer, draft_tokenizer, dict(zip(target_ids.tolist(), draft_ids.tolist())),
-                                  draft_by_bytes)
+        retokenizer = Retokenizer(target_tokenizer, draft_tokenizer, target_bytes,
+                                  dict(zip(target_ids.tolist(), draft_ids.tolist())), draft_by_bytes)
         return cls(target_ids, draft_ids, target_size, draft_size, retokenizer)
 
     def restrict(self, draft_logits: torch.Tensor) -> torch.Tensor:
@@ -211,12 +211,13 @@ class Retokenizer:
     whole context, ``token`` for one token appended to it. Neither is ever empty: a token
     the draft cannot spell at all is read as the draft's EOS."""
 
-    def __init__(self, target_tokenizer, draft_tokenizer, draft_of: dict[int, int], draft_by_bytes: dict[bytes, int]):
+    def __init__(self, target_tokenizer, draft_tokenizer, target_bytes: list[bytes | None], draft_of: dict[int, int],
+                 draft_by_bytes: dict[bytes, int]):
         self.target_tokenizer, self.draft_tokenizer = target_tokenizer, draft_tokenizer
-        self.draft_by_bytes = draft_by_bytes
+        self.target_bytes = target_bytes  # ``token_bytes(target_tokenizer)``
+        self.draft_by_bytes = draft_by_bytes  # each draft token's bytes -> its id (``_first_ids``)
         self.longest = max(map(len, draft_by_bytes), default=1)
         self.filler = draft_tokenizer.eos_token_id if draft_tokenizer.eos_token_id is not None else 0
-        self.target_bytes = token_bytes(target_tokenizer)
         draft_special = {token.content: index for index, token in draft_tokenizer.added_tokens_decoder.items()
                          if token.special}
         self._tokens: dict[int, list[int]] = {target: [draft] for target, draft in draft_of.items()}
@@ -266,13 +267,17 @@ class CrossTokenizerDrafter:
         self.vocab_size = vocabulary.target_size
         self._spelled: list[tuple[int, list[int]] | None] = []  # per row: target tokens spelled, the draft's ids
         self._trees: list[DraftTree] = []
+        self._restricted: dict[Processing, RestrictedProcessing] = {}
 
     @property
     def language_models(self) -> list:
         return self.drafter.language_models
 
     def restricted(self, processing: Processing) -> RestrictedProcessing:
-        return RestrictedProcessing(processing, self.vocabulary)
+        """A row's processing applied to the draft's logits restricted to the shared tokens."""
+        if processing not in self._restricted:
+            self._restricted[processing] = RestrictedProcessing(processing, self.vocabulary)
+        return self._restricted[processing]
 
     def reset(self, prompts: list[list[int]], cells: int | None = None) -> None:
         self._spelled = [None] * len(prompts)
