@@ -9,6 +9,7 @@ to the target: acceptance neither 0 nor 1. Losslessness: the pooled χ² test of
 fixed seeds).
 """
 
+import dataclasses
 import json
 import math
 
@@ -18,11 +19,12 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from engine_fixtures import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law, tiny_model
-from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
+from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
+from specbound.engine.drafters import DrafterChoice
 from specbound.engine.methods import build_method
 from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.vocabulary import CrossTokenizerDrafter, RestrictedProcessing, SharedVocabulary, token_bytes
-from test_engine_lossless import NEW_TOKENS, PROMPT, sample_sequences
+from test_engine_lossless import LOOKUP_PROMPT, NEW_TOKENS, PROMPT, sample_sequences
 
 TARGET_TOKENS = ["<eos>", "a", "b", "ab", "c", "ba"]
 DRAFT_TOKENS = ["<|end|>", "b", "a", "ca", "c", "d", "bb"]
@@ -262,4 +264,38 @@ def test_cross_tokenizer_drafts_on_llama_cpp_generate_the_target_sequence_law(tm
                       processing, eos_token_ids=[EOS])
     samples = sample_sequences(decoder, build_method("chain", gamma=2), batched=False)
     law = llamacpp_law(llamacpp.LlamaCppLM(target, context_cells=256), PROMPT, processing, NEW_TOKENS)
+    assert chi_square_pvalue(samples, law) > SIGNIFICANCE
+
+
+class Alternating:
+    """A schedule drafting with the cross-tokenizer model, prompt lookup and nothing in
+    turn, as ``auto`` may: the model drafter sits steps out and catches up on the tokens
+    committed meanwhile."""
+
+    name, adaptive = "alternating", False
+
+    def __init__(self, method):
+        self.methods = [method, dataclasses.replace(method, drafter="lookup"), build_method("autoregressive")]
+        self.depth, self.max_nodes = method.depth, method.max_nodes
+
+    def method_for(self, step):
+        return self.methods[step % 3]
+
+    def observe(self, method, tree, accepted_path, target_rows=None):
+        pass
+
+    def describe(self):
+        return ""
+
+
+def test_a_draft_of_another_tokenizer_beside_prompt_lookup_generates_the_target_sequence_law(
+        target_model, other_draft_model, vocabulary):
+    processing = Processing()
+    model = CrossTokenizerDrafter(ModelDrafter(CausalLM(other_draft_model), RestrictedProcessing(processing, vocabulary)),
+                                  vocabulary)
+    drafters = DrafterChoice({"model": model, "lookup": PromptLookupDrafter(vocab_size=VOCAB)})
+    decoder = Decoder(CausalLM(target_model), drafters, processing, eos_token_ids=[EOS])
+    samples = sample_sequences(decoder, Alternating(build_method("chain", gamma=2)), prompt=LOOKUP_PROMPT,
+                               new_tokens=5)
+    law = exact_sequence_law(target_model, LOOKUP_PROMPT, processing, 5)
     assert chi_square_pvalue(samples, law) > SIGNIFICANCE
