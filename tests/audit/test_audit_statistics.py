@@ -152,6 +152,17 @@ def test_context_test_tolerates_each_groups_own_row_tolerance():
     assert context_test(groups(), 4, 0.0).p_value < 1e-6
 
 
+def test_tokens_a_top_k_law_leaves_out_are_one_category_with_the_rest():
+    """A row of two tokens (top-k 2) is tested as three categories — the two and the rest —
+    so the Bonferroni factor is 2·3, not 2·(K + 1): the zero-mass tokens cost no power."""
+    group = ContextGroup(0, 1, list(range(8)), [0.6, 0.4] + [0.0] * 6)
+    group.drawn = [0] * 660 + [1] * 340
+    upper = scipy_stats.binom.sf(660 - 1, 1000, 0.6)
+    assert context_test([group], 1).p_value == pytest.approx(2 * 3 * upper)
+    group.drawn[-1] = 5  # a token the law excludes, counted in the rest
+    assert context_test([group], 1).p_value < 1e-9
+
+
 def test_disagreement_is_the_largest_over_the_other_shapes():
     probs = torch.tensor([[0.5, 0.3, 0.2], [0.9, 0.1, 0.0]], dtype=torch.float64)
     others = torch.stack([probs, torch.tensor([[0.4, 0.4, 0.2], [0.9, 0.05, 0.05]], dtype=torch.float64)])

@@ -38,7 +38,8 @@ caught by this test.
 **The shared-context test.** Samples that reached the same context (the same prompt and the
 same tokens so far — at the first position, every sample of a prompt) draw their next tokens
 independently from one law, whatever the engine. Per such context, the count of each of the
-reference's K most likely tokens there, and of the rest, is binomial with a probability within
+reference's K most likely tokens there (those of positive mass: the rest of a top-k law is
+one category), and of the rest, is binomial with a probability within
 that context's row tolerance of the reference's (one row's rounding, not a mean: the
 group's own, measured at its row, or one ``row_tolerance`` for all): exact binomial tails on
 both sides. The reference's row at a context and its tolerance are functions of the context
@@ -233,11 +234,12 @@ def context_test(groups: list[ContextGroup], positions: int, row_tolerance: floa
     for group in groups:
         size = len(group.drawn)
         if size >= 2:
-            counts = [group.drawn.count(token) for token in group.top_tokens]
-            rest = max(0.0, 1.0 - sum(group.top_masses))
+            kept = [(token, mass) for token, mass in zip(group.top_tokens, group.top_masses) if mass > 0]
+            counts = [group.drawn.count(token) for token, _ in kept]
+            rest = max(0.0, 1.0 - sum(mass for _, mass in kept))
             tolerance = group.tolerance if row_tolerance is None else row_tolerance
-            rows += [(group.position, group.prompt, token, count, size, mass, tolerance) for token, count, mass
-                     in zip(group.top_tokens + [-1], counts + [size - sum(counts)], group.top_masses + [rest])]
+            rows += [(group.position, group.prompt, token, count, size, mass, tolerance) for (token, mass), count
+                     in zip(kept + [(-1, rest)], counts + [size - sum(counts)])]
     if not rows:
         return ContextTest(1.0, 0, -1, -1, math.nan, math.nan, 0)
     position, prompt, token, count, size, mass, tolerance = (np.array(column) for column in zip(*rows))
