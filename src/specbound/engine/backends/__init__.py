@@ -171,8 +171,9 @@ class Rounding:
     forward over the continuation) against one row or four rows a forward — measured on the
     default target (``benchmarks/audit/bench_audit_rounding.py``,
     ``benchmarks/results/audit/rounding.json``) and rounded up with a margin: how far a
-    correct speculative engine's rows may lie from an auditor's reference on these kernels
-    (``specbound.audit``'s tolerances).
+    correct speculative engine's rows may lie from an auditor's reference on these kernels.
+    The auditor measures this on the audited model itself (``audit.tolerances``); these are
+    its tolerances only for a reference it cannot score at other batch shapes.
 
     ``mean_tv``: the mean total variation per row; ``row_tv``: one row's, the largest;
     ``score_drift``: Σ|E'[f] − E[f]| / Σσ and ``score_variance``: Σ E'[(f − E[f])²] / Σσ² − 1,
