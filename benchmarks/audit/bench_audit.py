@@ -163,8 +163,8 @@ def audited(args, label: dict, sampler, reference, prompts, vocab_size=None, top
     started = time.perf_counter()
     result = audit(sampler, reference, prompts, temperature=args.temperature, top_k=top_k,
                    max_new_tokens=args.max_new_tokens, samples=args.samples, seed=0, vocab_size=vocab_size)
-    entry = {**label, "passed": result.passed, "p_value": result.p_value, "detectable_tv": result.detectable_tv,
-             "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value,
+    entry = {**label, "verdict": result.verdict, "passed": result.passed, "p_value": result.p_value,
+             "detectable_tv": result.detectable_tv, "pooled_p": result.pooled.p_value, "shared_p": result.shared.p_value,
              "sharpness_p": result.sharpness.p_value, "sharpening": result.sharpness.sharpening,
              "detectable_sharpening": result.detectable_sharpening, "positions": result.scored,
              "tolerances": [result.tolerance, result.row_tolerance, result.sharpness_tolerance,
