@@ -105,6 +105,17 @@ def test_trees_keep_the_likeliest_continuations_within_the_shape():
     assert best_first(trie, total, Budget(5, 2, width=1, max_children=2), depth=2) == budget[:2]
 
 
+def test_a_budgeted_tree_holds_the_chain_of_its_depth():
+    """Three continuations seen once each: equal estimates, so the tree follows the newest
+    (the chain's) to full depth before it branches: it holds every node the chain drafts."""
+    text = SuffixText([1, 2, 3, 4, 5, 6, 7, 1, 2, 5, 4, 3, 2, 1, 1, 2, 4, 4, 4, 4, 4, 0])
+    total, trie = continuations([[text]], [1, 2], depth=5)
+    chain = best_first(trie, total, Levels((1,) * 5), depth=5)
+    tree = best_first(trie, total, Budget(nodes=8, max_depth=5, width=3, max_children=3), depth=5)
+    assert [token for _, token, _ in chain] == [4, 4, 4, 4, 4]  # the newest occurrence's
+    assert tree[:5] == chain and tree[5:] == [(0, 5, 1), (6, 4, 1), (7, 3, 1)]  # then the next newest, deep first
+
+
 # -- the drafted trees and their verification ----------------------------------------------
 def path_probabilities(tree, target_rows) -> np.ndarray:
     """p(path to v) for every node v ≠ root: the target's probabilities along v's path.  # -> [nodes − 1]"""

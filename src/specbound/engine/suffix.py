@@ -190,18 +190,21 @@ def continuations(sources: list[list[SuffixText]], context: list[int], depth: in
 
 def best_first(trie: dict, total: int, shape, depth: int) -> list[tuple[int, int, int]]:
     """The drafted nodes as (parent, token, count), parents first: trie nodes best first by
-    count / ``total`` within the method's ``shape`` (module docstring) and ``depth``.
-    Node 0 is the root; the i-th entry is node i + 1."""
+    count / ``total`` within the method's ``shape`` (module docstring) and ``depth``; of equal
+    counts the deeper first, then the newer occurrence's, so that a budgeted tree holds the
+    chain ``Levels((1,) * depth)`` drafts wherever its budget and width allow. Node 0 is the
+    root; the i-th entry is node i + 1."""
     budget = not isinstance(shape, Levels)
     room = shape.nodes if budget else None
     width: dict[int, int] = {}
     children = [0]
     chosen = []
-    frontier = [(-count, order, 0, 1, token, below) for order, (token, (count, below)) in enumerate(trie.items())]
+    frontier = [(-count, -1, order, 0, token, below) for order, (token, (count, below)) in enumerate(trie.items())]
     heapq.heapify(frontier)
     order = len(frontier)
     while frontier and (room is None or len(chosen) < room):
-        negative, _, parent, level, token, below = heapq.heappop(frontier)
+        negative, negative_level, _, parent, token, below = heapq.heappop(frontier)
+        level = -negative_level
         limit = shape.max_children if budget else shape.branching[level - 1]
         if children[parent] >= limit or (budget and (
                 width.get(level, 0) >= shape.width or -negative / total <= shape.min_value)):
@@ -212,7 +215,7 @@ def best_first(trie: dict, total: int, shape, depth: int) -> list[tuple[int, int
         children.append(0)
         if level < depth:
             for token, (count, grand) in below.items():
-                heapq.heappush(frontier, (-count, order, len(chosen), level + 1, token, grand))
+                heapq.heappush(frontier, (-count, -level - 1, order, len(chosen), token, grand))
                 order += 1
     return chosen
 
