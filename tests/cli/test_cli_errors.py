@@ -110,14 +110,15 @@ def test_a_method_option_given_twice_is_refused_naming_it(command, no_model_load
     assert message.count("\n") == 0 and "'gamma' twice" in message and "chain:gamma=2:gamma=3" in message
 
 
+@pytest.mark.parametrize("drafter", ["prompt-lookup", "suffix"])
 @pytest.mark.parametrize("command", ["generate", "run"])
 @pytest.mark.parametrize("ignored", [["--draft", "other.gguf"], ["--draft-precisions", "int8"]])
-def test_a_draft_model_option_with_the_prompt_lookup_drafter_is_refused(command, ignored, no_model_loads, capsys):
-    """Prompt lookup drafts from the prompt's n-grams: --draft was silently not loaded."""
+def test_a_draft_model_option_with_a_drafter_of_the_text_is_refused(drafter, command, ignored, no_model_loads, capsys):
+    """Prompt lookup and suffix decoding draft from the text: --draft was silently not loaded."""
     text = ["hi", "--quiet"] if command == "generate" else []
-    assert main([command, *text, "--drafter", "prompt-lookup", *ignored]) == 2
+    assert main([command, *text, "--drafter", drafter, *ignored]) == 2
     message = capsys.readouterr().err.strip()
-    assert message.count("\n") == 0 and ignored[0] in message and "--drafter prompt-lookup" in message
+    assert message.count("\n") == 0 and ignored[0] in message and f"--drafter {drafter}" in message
 
 
 def test_an_unbounded_range_is_stated_as_such(no_model_loads, capsys):
