@@ -248,6 +248,7 @@ REFUSALS = [  # (arguments after `audit`, what the one line says): each refused 
     (["transformers:assisted", "--draft", ""], "draft: expected an embedded model"),
     (["specbound:chain", "--target", "nope.gguf"], "target: expected an embedded model"),
     (["llama-cpp-python:draft-model", "--draft", "folder-not-gguf"], "draft: expected an embedded model"),
+    (["specbound:chain", "--target", "t" * 5000 + ".gguf"], "target: expected an embedded model"),
     (["http://", "--target", "nope.gguf"], "engine: 'http://' names no host"),
     (["http://127.0.0.1:9"], "engine: cannot reach http://127.0.0.1:9/v1/models"),
     (["llama-cpp-python:prompt-lookup", "--top-p", "0.9"], "top_p: llama-cpp-python's sampler chain"),

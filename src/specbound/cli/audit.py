@@ -113,14 +113,22 @@ def _check_source(option: str, source: str, gguf_only: bool) -> None:
     from specbound.models.gguf import EMBEDDED_GGUFS
 
     path = Path(source)
-    if source in EMBEDDED_GGUFS or (source.strip() and path.suffix == ".gguf" and path.is_file()):
+    if source in EMBEDDED_GGUFS or (source.strip() and path.suffix == ".gguf" and _is_file(path)):
         return
-    if not gguf_only and source.strip() and (path / "config.json").is_file():
+    if not gguf_only and source.strip() and _is_file(path / "config.json"):
         return
     forms = (f"an embedded model ({', '.join(EMBEDDED_GGUFS)}) or an existing .gguf file" if gguf_only else
              f"an embedded model ({', '.join(EMBEDDED_GGUFS)}), an existing .gguf file or a Hugging Face folder "
              "with a config.json")
-    raise ValueError(f"{option}: expected {forms} for --{option}, got {source!r}")
+    shown = repr(source) if len(source) <= 80 else f"{source[:80]!r}… ({len(source):,} characters)"
+    raise ValueError(f"{option}: expected {forms} for --{option}, got {shown}")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for a path
+        return False
 
 
 def served_model(args) -> str:
