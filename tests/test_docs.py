@@ -120,10 +120,10 @@ BENCHMARK_PATH = re.compile(r"(?<![\w-])benchmarks/[\w.{},*/+-]*[\w}*/]")
 
 
 def test_every_benchmark_path_the_source_and_the_pages_name_exists():
-    """A docstring, comment or page naming ``benchmarks/...`` (a script, a record, a folder)
-    names something there."""
-    texts = [*sorted((ROOT / "src").rglob("*.py")), *sorted(BENCHMARKS.rglob("*.py")), README,
-             *sorted((ROOT / "docs").rglob("*.md"))]
+    """A docstring, comment, test or page naming ``benchmarks/...`` (a script, a record, a
+    folder) names something there."""
+    texts = [*sorted((ROOT / "src").rglob("*.py")), *sorted(BENCHMARKS.rglob("*.py")),
+             *sorted((ROOT / "tests").rglob("*.py")), README, *sorted((ROOT / "docs").rglob("*.md"))]
     missing = [f"{path.relative_to(ROOT)}: {name}" for path in texts
                for citation in BENCHMARK_PATH.findall(path.read_text())
                for name in expanded(citation) if not list(ROOT.glob(name.rstrip("/")))]
