@@ -56,11 +56,10 @@ def test_run_writes_results_plot_and_table(tiny_dirs, tmp_path, capsys):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["methods"][0]["speedup"] == pytest.approx(1.0)
     assert "optimum α*" in printed and summary["methods"][0]["optimum"]["positions"] == 0  # autoregressive verifies none
-    for method in summary["methods"][1:]:  # computed at a timed share of the positions (engine.optimum)
+    for method in summary["methods"][1:]:  # every request's first verified position at least (engine.optimum)
         optimum = method["optimum"]
-        assert optimum["positions"] > 0
-        if optimum["computed"]:  # the optimum for the same drafts is at or above the exact acceptance
-            assert optimum["optimal_acceptance"] >= optimum["expected_acceptance"] - 1e-9
+        assert optimum["positions"] > 0 and optimum["computed"] > 0
+        assert optimum["optimal_acceptance"] >= optimum["expected_acceptance"] and optimum["acceptance_gap"] >= 0
 
 
 def test_same_seed_same_tokens_from_the_command(tiny_dirs, tmp_path):
