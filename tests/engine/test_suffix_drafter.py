@@ -105,6 +105,17 @@ def test_trees_keep_the_likeliest_continuations_within_the_shape():
     assert best_first(trie, total, Budget(5, 2, width=1, max_children=2), depth=2) == budget[:2]
 
 
+def test_a_budgeted_tree_holds_the_chain_before_likelier_branches():
+    """The chain takes the most frequent first token (3, thrice), then the newest of the
+    continuations seen once; a branch seen twice (4 4) is likelier by count, but comes after."""
+    text = SuffixText([1, 2, 3, 7, 1, 2, 3, 8, 1, 2, 4, 4, 1, 2, 4, 4, 1, 2, 3, 9])
+    total, trie = continuations([[text]], [1, 2], depth=2)
+    chain = best_first(trie, total, Levels((1, 1)), depth=2)
+    assert chain == [(0, 3, 3), (1, 9, 1)]
+    assert best_first(trie, total, Budget(nodes=3, max_depth=2, width=2, max_children=2), depth=2) == [
+        *chain, (0, 4, 2)]
+
+
 def test_a_budgeted_tree_holds_the_chain_of_its_depth():
     """Three continuations seen once each: equal estimates, so the tree follows the newest
     (the chain's) to full depth before it branches: it holds every node the chain drafts."""

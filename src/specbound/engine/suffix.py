@@ -11,9 +11,10 @@ longest suffix of the context (at most ``max_match`` tokens, at least ``min_matc
 both, and counts what followed them: the counts at the nodes of the suffix tree below the
 matched suffix, up to the step's depth (``continuations``).
 
-**The tree.** The drafted tree keeps the likeliest continuations, best first by
-count(node) / count(matched suffix) — the product of the count ratios along the path, the
-history's estimate of reaching the node — within the method's shape: at most
+**The tree.** The drafted tree holds the chain of the most frequent continuation, then the
+other likeliest ones, best first by count(node) / count(matched suffix) — the product of
+the count ratios along the path, the history's estimate of reaching the node — within the
+method's shape: at most
 ``branching[depth]`` children per node (``Levels``: a chain takes the most frequent path),
 or a budget of nodes, width per depth and children per node (``Budget``); where the history
 never branches the tree is a chain.
@@ -189,21 +190,31 @@ def continuations(sources: list[list[SuffixText]], context: list[int], depth: in
 
 
 def best_first(trie: dict, total: int, shape, depth: int) -> list[tuple[int, int, int]]:
-    """The drafted nodes as (parent, token, count), parents first: trie nodes best first by
-    count / ``total`` within the method's ``shape`` (module docstring) and ``depth``; of equal
-    counts the deeper first, then the newer occurrence's, so that a budgeted tree holds the
-    chain ``Levels((1,) * depth)`` drafts wherever its budget and width allow. Node 0 is the
-    root; the i-th entry is node i + 1."""
+    """The drafted nodes as (parent, token, count), parents first, within the method's
+    ``shape`` (module docstring) and ``depth``: first the chain — the most frequent child at
+    each depth, the newer occurrence's of equal ones, what ``Levels((1,) * depth)`` drafts —
+    then the other trie nodes best first by count / ``total``, the deeper first of equal
+    counts. A budgeted tree thus holds the chain wherever its budget and width allow, and
+    accepts at least as much as the chain in expectation. Node 0 is the root; the i-th entry
+    is node i + 1."""
+    chain, node = set(), trie
+    for _ in range(depth):
+        if not node:
+            break
+        entry = max(node.values(), key=lambda entry: entry[0])  # the first (newest) of the most frequent
+        chain.add(id(entry))
+        node = entry[1]
     budget = not isinstance(shape, Levels)
     room = shape.nodes if budget else None
     width: dict[int, int] = {}
     children = [0]
     chosen = []
-    frontier = [(-count, -1, order, 0, token, below) for order, (token, (count, below)) in enumerate(trie.items())]
+    frontier = [(id(entry) not in chain, -entry[0], -1, order, 0, token, entry[1])
+                for order, (token, entry) in enumerate(trie.items())]
     heapq.heapify(frontier)
     order = len(frontier)
     while frontier and (room is None or len(chosen) < room):
-        negative, negative_level, _, parent, token, below = heapq.heappop(frontier)
+        _, negative, negative_level, _, parent, token, below = heapq.heappop(frontier)
         level = -negative_level
         limit = shape.max_children if budget else shape.branching[level - 1]
         if children[parent] >= limit or (budget and (
@@ -214,8 +225,9 @@ def best_first(trie: dict, total: int, shape, depth: int) -> list[tuple[int, int
         chosen.append((parent, token, -negative))
         children.append(0)
         if level < depth:
-            for token, (count, grand) in below.items():
-                heapq.heappush(frontier, (-count, -level - 1, order, len(chosen), token, grand))
+            for token, entry in below.items():
+                heapq.heappush(frontier, (id(entry) not in chain, -entry[0], -level - 1, order, len(chosen), token,
+                                          entry[1]))
                 order += 1
     return chosen
 
