@@ -113,6 +113,14 @@ def test_generate_checks_its_arguments_before_the_models_load(no_loading, argume
         specbound.generate(**arguments)
 
 
+def test_generate_refuses_new_tokens_beyond_the_models_context_before_they_load(no_loading, tmp_path):
+    """The models' context as their files say it (here a config of 64 positions) is read
+    without loading them: 64 new tokens after any prompt cannot fit."""
+    (tmp_path / "config.json").write_text('{"model_type": "qwen2", "max_position_embeddings": 64}')
+    with pytest.raises(ValueError, match="^max_new_tokens: 64 new tokens after a prompt .* context of 64 positions"):
+        specbound.generate("hi", max_new_tokens=64, target=str(tmp_path), draft=str(tmp_path))
+
+
 def test_sampling_settings_are_checked_once_and_carried_as_one_value():
     sampling = Sampling(0.5, 3, 0.9)
     processing = Processing.of(sampling, 6)

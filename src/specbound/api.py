@@ -348,7 +348,14 @@ def generate(prompt, max_new_tokens: int = 128, temperature: float = 0.7, top_k:
              target: str = "default-target", draft: str | None = "default-draft", **options) -> Result:
     """``Speculator(target, draft).generate(prompt, ...)`` in one call (loads the models:
     keep a ``Speculator`` to decode several prompts). Every argument is checked before the
-    models load."""
+    models load, ``max_new_tokens`` against their context where their files say it
+    (``models.context``)."""
+    from specbound.models.context import check_fits_context
+
     check_request(prompt, max_new_tokens, temperature, top_k, top_p, method, seed, streamer, True, options)
+    model_source("target", target)
+    if draft is not None:
+        model_source("draft", draft)
+    check_fits_context(max_new_tokens, [target] + ([draft] if draft is not None else []))
     return Speculator(target, draft).generate(prompt, max_new_tokens, temperature, top_k, top_p, method, seed,
                                               streamer, **options)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from specbound.models.context import gguf_context, known_context
+from specbound.models.context import check_fits_context, gguf_context, known_context
 
 
 def header_only_gguf(path, keys_before=True, context=4096):
@@ -51,3 +51,11 @@ def test_what_cannot_be_read_without_loading_gives_none(tmp_path, content):
 
 def test_an_embedded_model_not_yet_on_disk_gives_none(tmp_path):
     assert known_context("default-target", cache_dir=tmp_path) is None
+
+
+def test_new_tokens_that_fit_after_no_prompt_are_refused_naming_max_new_tokens(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 64}))
+    check_fits_context(63, [tmp_path, tmp_path / "unknown"])  # a one-token prompt fits
+    with pytest.raises(ValueError, match=r"^max_new_tokens: 64 new tokens .* at most 63 .*\(--max-new-tokens\)$"):
+        check_fits_context(64, [tmp_path, tmp_path / "unknown"], " (--max-new-tokens)")
+    check_fits_context(10**6, [tmp_path / "unknown"])  # nothing known: left to the check after loading

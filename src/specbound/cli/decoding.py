@@ -122,17 +122,12 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
 
 def check_known_context(args) -> None:
     """Refuse, before the models load, a ``--max-new-tokens`` that no prompt leaves room for
-    in the context of the models as their files say it (``models.context.known_context``;
-    nothing is refused where it cannot be read without loading them): a prompt takes at
-    least one position. The exact check, with the prompt's tokens, follows the loading."""
-    from specbound.models.context import known_context
+    in the models' context as their files say it (``models.context.check_fits_context``).
+    The exact check, with the prompt's tokens, follows the loading."""
+    from specbound.models.context import check_fits_context
 
     sources = [args.target] + ([args.draft] if args.drafter == "model" and args.draft is not None else [])
-    limits = [limit for limit in map(known_context, sources) if limit is not None]
-    if limits and args.max_new_tokens >= min(limits):
-        raise ValueError(f"max_new_tokens: {args.max_new_tokens:,} new tokens after a prompt (of one token or more) "
-                         f"exceed the models' context of {min(limits):,} positions; ask for at most "
-                         f"{min(limits) - 1:,} less the prompt's tokens (--max-new-tokens)")
+    check_fits_context(args.max_new_tokens, sources, " (--max-new-tokens)")
 
 
 def check_drafter_options(args) -> None:

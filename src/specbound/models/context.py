@@ -6,7 +6,8 @@ read from what describes it without loading it — a GGUF file's header
 (``<architecture>.context_length``, the first few keys: the file is never read whole), an
 embedded model's GGUF where it is already on disk, a Hugging Face folder's ``config.json``
 (``max_position_embeddings``, of its text model) — or None where that cannot be read. The
-backends report the same figure once the model is loaded (``Backend.max_positions``).
+backends report the same figure once the model is loaded (``Backend.max_positions``). ``check_fits_context`` refuses, with it, new tokens that cannot
+fit after any prompt.
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def known_context(source, cache_dir=None) -> int | None:
         return gguf_context(path) if path.is_file() else None
     except (OSError, ValueError, struct.error, UnicodeDecodeError, ImportError):
         return None
+
+
+def check_fits_context(max_new_tokens: int, sources, hint: str = "") -> None:
+    """Refuse (ValueError naming ``max_new_tokens``) new tokens that no prompt leaves room
+    for in the context of the models ``sources`` as their files say it (``known_context``;
+    nothing is refused where none can be read): a prompt takes at least one position.
+    ``hint``: what to add to the message (the command line's flag)."""
+    limits = [limit for limit in map(known_context, sources) if limit is not None]
+    if limits and max_new_tokens >= min(limits):
+        raise ValueError(f"max_new_tokens: {max_new_tokens:,} new tokens after a prompt (of one token or more) exceed "
+                         f"the models' context of {min(limits):,} positions; ask for at most {min(limits) - 1:,} less "
+                         f"the prompt's tokens{hint}")
 
 
 def _embedded_file(name: str, cache_dir) -> Path | None:
