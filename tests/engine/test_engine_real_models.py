@@ -29,12 +29,13 @@ def pair():
 
 def make_decoder(pair, temperature):
     from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
+    from specbound.engine.backends import get_backend
     from specbound.models.chat import stop_token_ids
 
     target, draft, vocab_size = pair
     processing = Processing(temperature, vocab_size=vocab_size)
-    return Decoder(CausalLM(target.model), ModelDrafter(CausalLM(draft.model), processing),
-                   processing, stop_token_ids(target.tokenizer, target.model))
+    eos_token_ids = stop_token_ids(target.tokenizer) | get_backend("torch").eos_token_ids(target.model)
+    return Decoder(CausalLM(target.model), ModelDrafter(CausalLM(draft.model), processing), processing, eos_token_ids)
 
 
 def test_real_tree_forward_equals_separate_forwards(pair):

@@ -75,13 +75,9 @@ def _tokens(tokenizer, text: str, as_text: bool = False) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False, split_special_tokens=as_text)["input_ids"])
 
 
-def stop_token_ids(tokenizer, model) -> set[int]:
-    """The tokenizer's EOS and every EOS id in the model's generation config."""
-    ids = set()
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (tokenizer.eos_token_id, configured):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value is not None:
-            ids.update(int(token) for token in value)
-    return ids
+def stop_token_ids(tokenizer) -> set[int]:
+    """The tokenizer's EOS ids (a model's own files may name more: ``Backend.eos_token_ids``)."""
+    value = tokenizer.eos_token_id
+    if value is None:
+        return set()
+    return {value} if isinstance(value, int) else {int(token) for token in value}

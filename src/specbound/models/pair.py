@@ -61,7 +61,7 @@ def load_pair(
                                          backend.logits_size(draft_model))
         tokenizers = {"target": tokenizer}
     vocab_size = shared_vocabulary(tokenizers, {label: backend.logits_size(models[label]) for label in tokenizers})
-    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer, None) | backend.eos_token_ids(target_model)))
+    eos_token_ids = tuple(sorted(stop_token_ids(tokenizer) | backend.eos_token_ids(target_model)))
     if float32_twins is None:
         float32_twins = dtype == torch.bfloat16
     float32_twins = bool(float32_twins) and backend.float32_twins

@@ -15,8 +15,8 @@ the files the models layer finds (``ModelFiles``), what a pair records of it, th
 model over a loaded model, one plain forward over a sequence (``sequence_logits``), its
 device and context, its cost-book key, the precisions it runs, whether it can run given
 models on a device — so nothing outside this package asks which backend it holds, and a
-third backend is a module here and an entry in ``_MODULES``. ``BaseLM`` holds the checks
-both language models make of their inputs, once.
+third backend is a module here, named in ``BACKENDS`` and ``_MODULES``. ``BaseLM`` holds the
+checks both language models make of their inputs, once.
 
 This module imports no torch (the command line builds its choices from it); a backend's
 module loads when ``get_backend`` first names it.
