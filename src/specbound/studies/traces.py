@@ -13,8 +13,9 @@ so "exact" means exact for these rows.
 The scoring forward runs in float32 (``SCORING_DTYPE``): a bfloat16 model's weights are
 exactly representable in float32, the result is the model's function with less rounding,
 and on CPUs without native bfloat16 matrix units a long float32 forward is the faster one
-(``models.pair`` measures which dtype prefills faster on the CPU it runs on). The
-model is cast back afterwards, so the engine keeps running in the model's own dtype, and
+(``engine.backends.torch.float32_beats_bf16`` measures which is, on the CPU it runs on). On
+torch the model is cast back afterwards (``Backend.sequence_logits``), so the engine keeps
+running in the model's own dtype, and
 the logits are rounded to that dtype, the precision the model's outputs have in the engine
 (a bfloat16 model's logits take few distinct values, which the exact RRS-without-
 replacement algorithm exploits). The draft rows differ from the draft's step-by-step
