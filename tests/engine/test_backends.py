@@ -14,7 +14,7 @@ import torch
 from engine_fixtures import EOS, VOCAB
 from specbound.engine import Processing, Sampling, build_method
 from specbound.engine.assembly import assemble
-from specbound.engine.backends import BACKENDS, CHOICES, BaseLM, backend_of, get_backend
+from specbound.engine.backends import BACKENDS, CHOICES, Backend, BaseLM, backend_of, get_backend
 from specbound.engine.backends.torch import CausalLM
 from specbound.engine.pair import ModelPair
 from specbound.engine.planner import Planner
@@ -110,3 +110,82 @@ def test_a_backend_without_twins_refuses_one_naming_float32_twins():
     pytest.importorskip("llama_cpp")
     with pytest.raises(ValueError, match="^float32_twins: the llama.cpp backend keeps no float32 twins"):
         get_backend("llama.cpp").float32_twin(object())
+
+
+class Wrapped:
+    """A model no registered backend holds: a torch module behind another class."""
+
+    def __init__(self, module):
+        self.module = module
+
+
+class ThirdBackend(Backend):
+    """A backend defined outside ``engine/backends``: the torch kernels behind ``Wrapped``."""
+
+    name = "third"
+    rounding = get_backend("torch").rounding
+
+    def holds(self, model) -> bool:
+        return isinstance(model, Wrapped)
+
+    def load(self, source, files, dtype, threads=None, tokenizer=True) -> tuple:
+        return Wrapped(files[source]), Tokenizer() if tokenizer else None
+
+    def logits_size(self, model) -> int:
+        return VOCAB
+
+    def language_model(self, model, twin=None, variants=None):
+        return CausalLM(model.module)
+
+    def sequence_logits(self, model, token_ids, last, dtype=None, twin=None):
+        return get_backend("torch").sequence_logits(model.module, token_ids, last, dtype)
+
+    def cost_key(self, model, precision, device) -> str:
+        return f"third | {id(model.module)} | {precision}"
+
+
+class Tokenizer:
+    chat_template = None
+    eos_token_id = EOS
+
+    def get_vocab(self) -> dict[str, int]:
+        return {str(token): token for token in range(VOCAB)}
+
+    def __call__(self, text, **options) -> dict:
+        return {"input_ids": [int(character) for character in text]}
+
+    def decode(self, tokens, **options) -> str:
+        return "".join(map(str, tokens))
+
+
+def test_a_third_backend_is_asked_what_the_layers_above_need(target_model, draft_model, monkeypatch):
+    """Registered by name only, a third backend loads a pair, scores sequences for the
+    studies, is a reference for the auditor and keys the cost book: nothing outside the
+    backends asks which backend it holds."""
+    import types
+
+    import specbound.engine.backends as backends
+    from specbound.audit.reference import as_reference
+    from specbound.engine.cost_book import cost_key
+    from specbound.models.pair import load_pair
+    from specbound.studies.multistep import FullForwards
+    from specbound.studies.traces import next_token_probs
+
+    third = ThirdBackend()
+    monkeypatch.setitem(sys.modules, "third_backend", types.SimpleNamespace(BACKEND=third))
+    monkeypatch.setitem(backends._MODULES, "third", "third_backend")
+    monkeypatch.setattr(backends, "BACKENDS", (*backends.BACKENDS, "third"))
+    monkeypatch.setattr("specbound.models.pair.ModelFiles", lambda progress: {"t": target_model, "d": draft_model})
+
+    pair = load_pair("t", "d", torch.float32, progress=False, backend="third")
+    assert pair.backend is third and backend_of(pair.target) is third and pair.target.module is target_model
+    assert (pair.vocab_size, pair.eos_token_ids, pair.encode("123")) == (VOCAB, (EOS,), [1, 2, 3])
+    processing = Processing(temperature=0.7)
+    rows = next_token_probs(pair.target, [1, 2, 3], [4, 5], processing)
+    torch_rows = next_token_probs(target_model, [1, 2, 3], [4, 5], processing)
+    assert rows.shape == (2, VOCAB) and abs(rows - torch_rows).max() == 0
+    full_rows = [FullForwards(model, processing)((1, 2, 3)) for model in (pair.target, target_model)]
+    assert abs(full_rows[0] - full_rows[1]).max() == 0
+    reference = as_reference(pair.target)
+    assert reference.backend is third and reference.language_model.model is target_model
+    assert cost_key(pair.target, "as-loaded").startswith("third | ")
