@@ -113,3 +113,27 @@ def test_refused_records_are_named_for_a_python_caller_too(tmp_path, loads):
     records.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(ValueError, match=r"line 1: 'token' is \"two\", not an integer"):
         ResultsStore(folder(tmp_path), json.loads((folder(tmp_path) / "settings.json").read_text()))
+
+
+def test_a_draft_with_another_tokenizer_is_refused_naming_the_draft():
+    """A study scores the target's token ids with the draft (``traces.trace_probs``): a pair
+    whose draft has another tokenizer is refused before anything decodes, in every study."""
+    import torch
+
+    from specbound.engine import Processing
+    from specbound.engine.vocabulary import SharedVocabulary
+    from specbound.studies import STUDIES
+    from specbound.studies.traces import trace_probs
+    from study_fixtures import tiny_prompts
+
+    pair = tiny_pair()
+    vocabulary = SharedVocabulary(torch.arange(1, pair.vocab_size), torch.arange(1, pair.vocab_size),
+                                  pair.vocab_size, pair.vocab_size)
+    other = dataclasses.replace(pair, vocabulary=vocabulary)
+    with pytest.raises(ValueError, match=r"^draft: .*target's tokenizer"):
+        trace_probs(other, None, Processing(0.7, None, None, pair.vocab_size))
+    for name, study_class in STUDIES.items():
+        study = study_class(max_new_tokens=2)
+        units = study.units(tiny_prompts(1))[:1]
+        with pytest.raises(ValueError, match=r"^draft: "):
+            study.run_units(other, units, [torch.Generator().manual_seed(0)])

@@ -102,8 +102,9 @@ class Study:
         """The records of several units: units whose texts are generated alike decode
         together in one batch (``traces.generate_traces``) — each gets exactly the text it
         gets alone with its generator, so the records are those of one-by-one runs."""
-        from specbound.studies.traces import generate_traces
+        from specbound.studies.traces import check_one_tokenizer, generate_traces
 
+        check_one_tokenizer(pair)
         if type(self).trace_request is Study.trace_request:  # decodes its own way: one by one
             return [type(self).run_unit(self, pair, unit, generator) for unit, generator in zip(units, generators)]
         requests = [self.trace_request(pair, unit) for unit in units]

@@ -128,12 +128,22 @@ def trace_probs(pair: ModelPair, trace: Trace, processing: Processing) -> tuple[
     """(target rows, draft rows) along the trace: the target laws the engine recorded
     (one scoring forward of the target when the trace has none), one forward of the draft.
     # -> [T, vocab], [T, vocab] float64"""
+    check_one_tokenizer(pair)
     if trace.target_probs is not None:
         target_rows = trace.target_rows()
     else:
         target_rows = next_token_probs(pair.target, trace.prompt_ids, trace.tokens, processing, pair.target_twin)
     draft_rows = next_token_probs(pair.draft, trace.prompt_ids, trace.tokens, processing, pair.draft_twin)
     return target_rows, draft_rows
+
+
+def check_one_tokenizer(pair: ModelPair) -> None:
+    """Refuse a pair whose draft has another tokenizer (``pair.vocabulary``): a study scores
+    the target's token ids with the draft, so it compares p and q token by token only where a
+    token id means the same string in both models."""
+    if pair.vocabulary is not None:
+        raise ValueError("draft: a study compares p and q token by token and needs the target's tokenizer; "
+                         "a draft with another tokenizer drafts in run, generate and serve")
 
 
 def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> list[float]:
