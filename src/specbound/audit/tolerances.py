@@ -19,7 +19,9 @@ aggregate, Σ_t TV(engine_t, reference_t) ≤ M·Σ d_t + ε·n, Σ|E_engine[X_t
 and Σ E_engine[X_t²] ≤ Σσ_t² + M·Σ v_t + ε·Σσ_t², n the positions scored; and at a context
 several samples reach, TV ≤ M·d + ε at its row. (M covers the engine's batch shapes being
 others than the two measured — 2, 3 or 8 rows a forward — whose rounding is of the same
-kind; ε the float32 arithmetic of the processing itself, which no batch shape changes.) The
+kind: d_t is the larger of two shapes' disagreements, so M·d_t is about twice one shape's
+on the embedded Q4_K_M pair, ``benchmarks/results/audit/rounding.json``; ε the float32
+arithmetic of the processing itself, which no batch shape changes.) The
 audit's tolerances are then exactly these (``measured``): the pooled test's mean per-position
 TV δ = (M·Σ d_t + ε·n)/N over its N values (the positions past a sequence's end are exact
 uniforms), each shared context's row tolerance M·d + ε, the sharpness test's κ = M·Σa_t/Σσ_t +
@@ -46,7 +48,7 @@ ROW_TOLERANCE = 0.1
 SHARPNESS_TOLERANCE = 0.04
 VARIANCE_TOLERANCE = 0.05
 SHAPES = (1, 4)  # rows a forward at which the auditor scores every continuation again
-MARGIN = 2.0  # M: how many times the reference's own disagreement a correct engine's rows may lie off
+MARGIN = 1.5  # M: how many times the reference's own disagreement a correct engine's rows may lie off
 ROUNDING_FLOOR = 1e-4  # ε: added to every measured tolerance
 
 

@@ -349,9 +349,10 @@ def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
     if case == "point_mass_drafts":
         law, residual = np.zeros_like(target), target.copy()
         for candidate in np.argsort(-draft, kind="stable")[:POINT_MASS_CANDIDATES]:
-            law[candidate] += (1 - law.sum()) * residual[candidate] / residual.sum()
+            if residual.sum() > 0:
+                law[candidate] += (1 - law.sum()) * residual[candidate] / residual.sum()
             residual[candidate] = 0.0
-        return law + (1 - law.sum()) * residual / residual.sum()
+        return law + (1 - law.sum()) * residual / residual.sum() if residual.sum() > 0 else law
     raise ValueError(f"case: expected one of {', '.join(STEPS)}, got {case!r}")
 
 
