@@ -9,8 +9,8 @@ The cases (``CASES``, by name; ``lossless`` says which must pass):
 
 - ``speculative``: speculative sampling (SPEC.md §1): accept x with min(1, p(x)/q(x)), after a
   rejection draw from norm((p − q)+), a bonus token from p after γ acceptances. Lossless.
-- ``q_mismatch`` (transformers #47932): drafts drawn from q with top-k, the ratio and the
-  residual computed with the draft's law without top-k (temperature only).
+- ``q_mismatch`` (transformers #47932): drafts drawn from q (temperature, top-k), the ratio
+  and the residual computed with the softmax of the draft's raw logits.
 - ``shared_noise`` (vLLM #54282): the uniform that drew a draft by inverse CDF is the one the
   acceptance test compares with p(x)/q(x).
 - ``argmax_as_sampled`` (dflash #74): drafts are the draft's argmax, verified as if drawn from q.
@@ -118,16 +118,16 @@ class Laws:
     """The laws the samplers use at each context (a tuple of token ids, prompt included), from
     ``logits(contexts) -> [rows, vocab]`` of the target and the draft (raw logits), kept:
     ``target`` (the audited law: ``processors`` then ``processing``), ``target_plain`` (the
-    processing alone), ``draft`` (processing), ``draft_plain`` (temperature alone) and
+    processing alone), ``draft`` (processing), ``draft_raw`` (the softmax of the raw logits) and
     ``draft_bf16`` (processing of the logits rounded to bfloat16). ``prefetch`` scores every
     context up to a depth in one call per prompt."""
 
-    KINDS = ("target", "target_plain", "draft", "draft_plain", "draft_bf16")
+    KINDS = ("target", "target_plain", "draft", "draft_raw", "draft_bf16")
 
     def __init__(self, target_logits, draft_logits, processing: Processing, processors=None):
         self.target_logits, self.draft_logits = target_logits, draft_logits
         self.processing = processing
-        self.plain = Processing(processing.temperature, vocab_size=processing.vocab_size)
+        self.raw = Processing(1.0, vocab_size=processing.vocab_size)
         self.processors = processors
         self._laws: dict[tuple, dict[str, np.ndarray]] = {}
 
@@ -150,7 +150,7 @@ class Laws:
         laws = {"target": self._normalised(self.processing.probs(processed)),
                 "target_plain": self._normalised(self.processing.probs(target)),
                 "draft": self._normalised(self.processing.probs(draft)),
-                "draft_plain": self._normalised(self.plain.probs(draft)),
+                "draft_raw": self._normalised(self.raw.probs(draft)),
                 "draft_bf16": self._normalised(self.processing.probs(draft.bfloat16().float()))}
         for index, context in enumerate(contexts):
             self._laws[context] = {kind: rows[index] for kind, rows in laws.items()}
@@ -269,7 +269,7 @@ def _point_mass_step(laws: Laws, context: list[int], gamma: int, rng) -> list[in
 
 STEPS: dict[str, Callable] = {
     "speculative": _speculative_step,
-    "q_mismatch": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, ratio="draft_plain"),
+    "q_mismatch": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, ratio="draft_raw"),
     "shared_noise": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, shared_noise=True),
     "argmax_as_sampled": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
                                                                              argmax_drafts=True),
@@ -326,7 +326,7 @@ def first_token_law(case: str, laws: Laws, context) -> np.ndarray:
     if case in ("speculative", "exact_match"):
         return speculative_law(target, draft, draft)
     if case == "q_mismatch":
-        return speculative_law(target, draft, laws(context, "draft_plain"))
+        return speculative_law(target, draft, laws(context, "draft_raw"))
     if case == "bf16_drafts":
         return speculative_law(target, laws(context, "draft_bf16"), draft)
     if case == "ignored_processors":
