@@ -14,6 +14,10 @@ CALLS = [  # (arguments, exit status), each ended by argparse before any command
     (["bounds", "optimum", "-n", "x"], 2),
     (["generate", "--top-p", "2"], 2),
     (["serve", "--port", "70000"], 2),
+    (["study", "nope"], 2),  # the studies' names and options are read without the studies (studies.options)
+    (["study", "bias", "--gamma", "0"], 2),
+    (["study", "acceptance", "--preset", "nope"], 2),
+    (["study", "acceptance", "--help"], 0),
 ]
 CODE = f"""
 import contextlib, io, sys

@@ -141,3 +141,37 @@ def test_a_bad_value_is_refused_before_torch_loads(prompts, tmp_path):
     for (arguments, option), (status, message) in zip(BEFORE_TORCH, report["results"]):
         assert status == 2 and option.lstrip("-") in message, (arguments, status, message)
     assert report["loaded"] == []
+
+
+STUDY_BEFORE_TORCH = [  # (arguments, the option the refusal names): the study's own options, its name, its folder
+    (["study", "nope"], "STUDY"),
+    (["study", "bias", "--gamma", "0"], "--gamma"),
+    (["study", "acceptance", "--preset", "nope"], "--preset"),
+    (["study", "acceptance", "--num-drafts", "0"], "--num-drafts"),
+    (["study", "multistep", "--trees", "0x2"], "--trees"),
+    (["study", "acceptance", "--dataset", "{prompts}", "--out", "{held}"], "--out"),
+    (["study", "acceptance", "--dataset", "{prompts}", "--out", "{free}", "--ray", "127.0.0.1:1"], "--ray"),
+]
+STUDY_CODE = BEFORE_TORCH_CODE.replace('("torch", "transformers", "llama_cpp")',
+                                       '("torch", "transformers", "llama_cpp", "numba", "scipy", "matplotlib")')
+
+
+def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load(prompts, tmp_path):
+    """``specbound study`` reads the studies' names, options and presets without torch
+    (``studies.options``): an unknown study, a bad option of a study's own, a results folder
+    another run holds and an unreachable ``--ray`` are refused (status 2, naming the option)
+    before the studies' registry loads torch, numba, scipy or matplotlib. Nothing listens on
+    port 1."""
+    from specbound.studies.records import ResultsStore
+
+    held = tmp_path / "held"
+    calls = [[argument.format(prompts=prompts, held=held, free=tmp_path / "free") for argument in arguments]
+             for arguments, _ in STUDY_BEFORE_TORCH]
+    with ResultsStore(held / "acceptance" / "prompts", {"study": "acceptance"}):  # another run's lock
+        finished = subprocess.run([sys.executable, "-c", STUDY_CODE, json.dumps(calls)], capture_output=True,
+                                  text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    report = json.loads(finished.stdout)
+    for (arguments, option), (status, message) in zip(STUDY_BEFORE_TORCH, report["results"]):
+        assert status == 2 and option in message, (arguments, status, message)
+    assert report["loaded"] == []

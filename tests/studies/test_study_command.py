@@ -137,3 +137,18 @@ def test_a_draft_with_another_tokenizer_is_refused_naming_the_draft():
         units = study.units(tiny_prompts(1))[:1]
         with pytest.raises(ValueError, match=r"^draft: "):
             study.run_units(other, units, [torch.Generator().manual_seed(0)])
+
+
+def test_the_light_options_name_what_the_registries_hold():
+    """``studies.options`` spells out the method names so that the command line reads them
+    without torch; they must be the registries' own, and every study must have its entry."""
+    from specbound.studies import STUDIES
+    from specbound.studies.acceptance_methods import acceptance_methods
+    from specbound.studies.options import ACCEPTANCE_METHODS, BIASED_METHODS, STUDY_OPTIONS
+    from specbound.verifiers import VERIFIERS
+
+    assert list(ACCEPTANCE_METHODS) == list(acceptance_methods())
+    assert list(BIASED_METHODS) == [name for name, verifier in VERIFIERS.items() if not verifier.lossless]
+    assert list(STUDY_OPTIONS) == list(STUDIES)
+    for name, study in STUDIES.items():
+        assert (study.help, study.presets) == (STUDY_OPTIONS[name].help, STUDY_OPTIONS[name].presets)

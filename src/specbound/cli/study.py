@@ -1,5 +1,7 @@
 """``specbound study NAME``: rerun one of the papers' experiments on a real model pair
-(SPEC.md §5); one subcommand per registered study (``specbound.studies.STUDIES``).
+(SPEC.md §5); one subcommand per study (``specbound.studies.options.STUDY_OPTIONS``: its
+options and presets, read without torch, so every refusal of an option, a held results
+folder or an unreachable ``--ray`` comes before the studies and their models load).
 
 Each run writes ``<out>/<study>/<dataset>/`` (settings, append-only per-position records,
 timings) and resumes there when interrupted; ``specbound report <out>`` renders every study
@@ -25,6 +27,9 @@ from specbound.datasets import DATASETS
 from specbound.engine.backends import CHOICES as BACKENDS
 from specbound.models import DTYPES
 from specbound.models.backends import resolve_backend
+from specbound.studies.cluster import check_reachable, import_ray
+from specbound.studies.options import STUDY_OPTIONS
+from specbound.studies.records import check_free
 
 DEFAULT_OUT = Path("specbound-results")
 LOCAL_RAY = "local"  # --ray without an address: ray.init's name for a new Ray instance on this machine
@@ -32,31 +37,34 @@ RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from specbound.engine.methods import check_drafted
-    from specbound.models.pair import load_pair
-    from specbound.studies import STUDIES
-    from specbound.studies.distributed import RayWorkers, check_reachable, import_ray
-    from specbound.studies.records import read_results
-    from specbound.studies.runner import StudyWriter, machine_batch_size, run_pending
-
     preset_datasets = apply_preset(args)
-    generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
-                  "top_k": args.top_k, "top_p": args.top_p}
-    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
-        check_drafted("chain", gamma=args.gamma)
-    study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset if name not in preset_datasets
                    or _available(name)]
     if args.batch_size is not None:
         positive_int("--batch-size", args.batch_size)
     writable_folder(args.out, "--out")
     for prompts in prompt_sets:
-        check_study_settings(Path(args.out) / study.name / prompts[0].dataset, "out")
+        directory = Path(args.out) / args.study / prompts[0].dataset
+        check_study_settings(directory, "out")
+        check_free(directory)  # another run's folder is refused now; StudyWriter takes the lock below
     if args.ray is not None:
         import_ray()
         check_reachable(args.ray, "--ray")
+
+    import torch  # the studies and the engine, after every check of the options above
+
+    from specbound.engine.methods import check_drafted
+    from specbound.models.pair import load_pair
+    from specbound.studies import STUDIES
+    from specbound.studies.distributed import RayWorkers
+    from specbound.studies.records import read_results
+    from specbound.studies.runner import StudyWriter, machine_batch_size, run_pending
+
+    generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
+                  "top_k": args.top_k, "top_p": args.top_p}
+    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
+        check_drafted("chain", gamma=args.gamma)
+    study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     backend = resolve_backend(args.backend, [args.target, args.draft])
     pair_spec = functools.partial(load_pair, args.target, args.draft, getattr(torch, args.dtype),
                                   progress=not args.quiet and args.ray is None,
@@ -115,9 +123,7 @@ def apply_preset(args: argparse.Namespace) -> list[str]:
     """Replace every option left at its default by the value of ``--preset`` (or by the
     default without one); options given explicitly stay. Returns the prompt sets the
     preset chose (the ones its study leaves out when their package is missing)."""
-    from specbound.studies import STUDIES
-
-    preset = STUDIES[args.study].presets[args.preset] if getattr(args, "preset", None) else None
+    preset = STUDY_OPTIONS[args.study].presets[args.preset] if getattr(args, "preset", None) else None
     chosen = []
     for dest, value in vars(args).items():
         if isinstance(value, Unset):
@@ -183,29 +189,15 @@ def _common(parser) -> None:
 def register(subparsers) -> None:
     parser = subparsers.add_parser("study", help="rerun the papers' experiments on a real model pair")
     parser.set_defaults(handler=run)
-    subparsers.choices.defer("study", _add_studies, _check_common)
-
-
-def _check_common(arguments: list[str]) -> None:
-    """A first pass over the options every study shares (``_common``) before the studies'
-    registry (which imports torch) is read: a bad value among them is refused as argparse
-    refuses it, in a moment; the rest (the study's name and own options, help) is left to
-    the full parser."""
-    if not arguments or arguments[0].startswith("-"):
-        return
-    light = argparse.ArgumentParser(prog=f"specbound study {arguments[0]}", add_help=False, allow_abbrev=False)
-    _common(light)
-    light.parse_known_args(arguments[1:])
+    subparsers.choices.defer("study", _add_studies)
 
 
 def _add_studies(parser) -> None:
-    """One subcommand per registered study, with its own options (``Study.add_arguments``),
-    read from the registry (whose modules import torch) on the command's first use."""
-    from specbound.studies import STUDIES
-
-    parser.description = "; ".join(f"{name}: {study.help}" for name, study in STUDIES.items())
+    """One subcommand per study, with its own options and presets, read from
+    ``studies.options.STUDY_OPTIONS`` (which imports no torch) on the command's first use."""
+    parser.description = "; ".join(f"{name}: {study.help}" for name, study in STUDY_OPTIONS.items())
     studies = parser.add_subparsers(dest="study", required=True, metavar="STUDY")
-    for name, study in STUDIES.items():
+    for name, study in STUDY_OPTIONS.items():
         subparser = studies.add_parser(name, help=study.help, description=study.help)
         _common(subparser)
         study.add_arguments(subparser)

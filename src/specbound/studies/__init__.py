@@ -16,8 +16,10 @@ as read against each study's ``fields``),
 ``document`` and ``report`` (the rendered report).
 
 The registry is filled on first use of these names (``from specbound.studies import
-STUDIES``): importing a light module of the package (``exact_part``, which the acceptance
-study's worker processes import) does not import the studies, and with them torch.
+STUDIES``): importing a light module of the package (``options``: every study's name, help,
+options and presets, which ``specbound study`` parses with; ``cluster``, ``records``;
+``exact_part``, which the acceptance study's worker processes import) does not import the
+studies, and with them torch.
 """
 
 __all__ = ["STUDIES", "Study", "get_study", "register_study"]

@@ -30,7 +30,7 @@ many drafts as it has tokens, and a verifier fixed to two drafts hands such a po
 ``single`` — the rules the engine follows too (``DraftScheme.effective_num_drafts``,
 ``Verifier.for_num_drafts``).
 
-``--preset hu2025`` (``HU2025``) sets Hu et al.'s table: up to 1024 prompts × 128 tokens on
+``--preset hu2025`` (``options.HU2025``) sets Hu et al.'s table: up to 1024 prompts × 128 tokens on
 every available task, n = 2, 3, 4, 6, every method.
 
 The tables and the report's section are in ``acceptance_report``; the methods (what a row
@@ -45,14 +45,11 @@ prompts pooled) with standard errors over prompts (``statistics``).
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from specbound import arguments
 from specbound.checks import finite_number, positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
@@ -61,9 +58,10 @@ from specbound.models.pair import ModelPair
 from specbound.studies.acceptance_methods import acceptance_methods, method_acceptance
 from specbound.studies.acceptance_report import (ablation_table, acceptance_report, acceptance_summary,
                                                  acceptance_table, gap_summary, gap_table)
-from specbound.studies.base import Study, StudyPreset, Unit, UnitOutput, register_study, setting_units
+from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.exact_part import ExactPool, exact_acceptances, unit_exact_part
 from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of
+from specbound.studies.options import DEFAULT_TAIL_BUDGET, HU2025_DATASETS, LARGEST_TAIL_BUDGET  # noqa: F401
 from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
                                       checked_generation_settings, generation_summary, trace_probs)
@@ -71,29 +69,13 @@ from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, Tr
 __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact_acceptances", "gap_summary",
            "method_acceptance"]
 
-DEFAULT_TAIL_BUDGET = 1e-6
-# Hu et al.'s tasks (Alpaca, CNN/DailyMail, WMT'14 De-En, MT-Bench) as far as prompt sets exist here:
-# the authored stand-ins for the first three, the real MT-Bench and MMLU sets, and the edit set
-HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
-HU2025 = StudyPreset(
-    help=f"Hu et al. (ICLR 2025)'s acceptance table: up to 1024 prompts per task (--limit 1024) x 128 tokens "
-    f"(--max-new-tokens 128) on every available task of {','.join(HU2025_DATASETS)} (--dataset; sets whose package "
-    "is not installed are left out, with the command that installs them), --num-drafts 2,3,4,6, every method, "
-    "--temperature 0.7",
-    settings={"dataset": list(HU2025_DATASETS), "limit": 1024, "max_new_tokens": 128, "temperature": [0.7],
-              "num_drafts": [2, 3, 4, 6], "methods": list(acceptance_methods())},
-)
-
-
 @register_study
 class AcceptanceStudy(Study):
     """Units: prompts × temperatures; each records all ``num_drafts`` values at once (the
     rows do not depend on n, so the n-ablation costs no extra generation)."""
 
     name = "acceptance"
-    help = "exact per-position acceptance of every method and α* [HU]"
     order = 0
-    presets = {"hu2025": HU2025}
     record_fields = RecordFields(
         position={"prompt_id": TEXT, "temperature": NUMBER, "num_drafts": INTEGER, "position": INTEGER,
                   "token": INTEGER, "acceptance": mapping_of(NUMBER), "tail_mass": list_of(NUMBER),
@@ -126,31 +108,13 @@ class AcceptanceStudy(Study):
         self.num_drafts = [positive_int("num_drafts", count) for count in num_drafts]
         if not self.num_drafts:
             raise ValueError("num_drafts: expected at least one number of drafts")
-        self.tail_budget = finite_number("tail_budget", tail_budget, 0.0, 1e-3)
+        self.tail_budget = finite_number("tail_budget", tail_budget, 0.0, LARGEST_TAIL_BUDGET)
         self.temperatures = checked_generation_settings(temperatures, max_new_tokens, top_k, top_p)
         self.max_new_tokens = max_new_tokens
         self.methods = methods
         self.top_k, self.top_p = top_k, top_p
         generation_gamma = positive_int("generation_gamma", generation_gamma, minimum=0)
         self.method = chain(generation_gamma) if generation_gamma > 0 else autoregressive()
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        methods = list(acceptance_methods())
-        parser.add_argument("--num-drafts", type=arguments.comma_list(int), default=[3],
-                            help="numbers of drafts n, comma-separated (default 3; ablation: 2,3,4,6)")
-        parser.add_argument("--methods", type=arguments.names(methods), default=methods,
-                            help=f"methods, comma-separated (default all: {', '.join(methods)})")
-        parser.add_argument("--gamma", type=int, default=0,
-                            help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
-                            "(default 0)")
-        parser.add_argument("--workers", type=arguments.integer(1, os.cpu_count() or 1),
-                            default=min(2, os.cpu_count() or 1),
-                            help="processes for the exact computations (default: 2, or 1 on one core)")
-        parser.add_argument("--tail-budget", type=float, default=DEFAULT_TAIL_BUDGET,
-                            help="drop each row's least likely tokens before the exact computations while the "
-                            "bound on the move of the acceptances (proven for α*, tested for the verifiers) stays "
-                            f"below this (default {DEFAULT_TAIL_BUDGET:g}, recorded per position; 0 = exact)")
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> AcceptanceStudy:

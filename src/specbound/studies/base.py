@@ -2,7 +2,9 @@
 
 A study reruns one of the papers' experiments on a real (target, draft) pair (SPEC.md §5).
 It is one class, registered with ``@register_study``, that owns everything about it:
-- its command-line options (``add_arguments``) and how they build it (``from_arguments``);
+- its command-line options (``add_arguments``, with its ``help`` and ``presets``: declared in
+  ``options.STUDY_OPTIONS``, which imports no torch, and given to the class as it registers)
+  and how they build it (``from_arguments``);
 - its **units** — one engine generation for one prompt at one setting (a temperature, a
   decoding configuration) — and how one unit becomes records (``run_unit``);
 - its tables (``summary_tables``, printed by ``specbound study``) and its report sections
@@ -23,6 +25,7 @@ import torch
 from specbound.datasets import Prompt
 from specbound.models.pair import ModelPair
 from specbound.studies.fields import RecordFields
+from specbound.studies.options import STUDY_OPTIONS
 
 
 @dataclass(frozen=True)
@@ -52,27 +55,14 @@ def setting_units(prompts: list[Prompt], temperatures, configs=None) -> list[Uni
     ]
 
 
-@dataclass(frozen=True)
-class StudyPreset:
-    """Named settings of a study run (``specbound study NAME --preset PRESET``): option
-    dest -> value; an option given explicitly wins over its preset value."""
-
-    help: str
-    settings: dict
-
-
 class Study:
     """Base class of the studies (module docstring)."""
 
     name: ClassVar[str]
-    help: ClassVar[str]
+    help: ClassVar[str]  # from ``options.STUDY_OPTIONS`` (``register_study``)
     order: ClassVar[int]  # position in the report
-    presets: ClassVar[dict] = {}  # name -> StudyPreset: ``--preset NAME`` (cli.study)
+    presets: ClassVar[dict] = {}  # name -> StudyPreset: ``--preset NAME`` (cli.study), from ``STUDY_OPTIONS``
     record_fields: ClassVar[RecordFields] = RecordFields()  # what its records hold, checked as they are read
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        """Add the study's own options to its ``specbound study NAME`` parser."""
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, generation: dict) -> Study:
@@ -145,9 +135,15 @@ STUDIES: dict[str, type[Study]] = {}
 
 
 def register_study(study_class: type[Study]) -> type[Study]:
-    """Class decorator: add a study to ``STUDIES`` under its name."""
+    """Class decorator: add a study to ``STUDIES`` under its name, with the help, presets and
+    ``add_arguments`` (its own options) of its entry in ``options.STUDY_OPTIONS``."""
     if study_class.name in STUDIES:
         raise ValueError(f"study: {study_class.name!r} is registered already")
+    if study_class.name not in STUDY_OPTIONS:
+        raise ValueError(f"study: {study_class.name!r} has no entry in studies.options.STUDY_OPTIONS")
+    options = STUDY_OPTIONS[study_class.name]
+    study_class.help, study_class.presets = options.help, options.presets
+    study_class.add_arguments = staticmethod(options.add_arguments)
     STUDIES[study_class.name] = study_class
     return study_class
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from specbound import arguments
 from specbound.datasets import Prompt
 from specbound.engine import Processing
 from specbound.engine.methods import Method, build_method
@@ -36,12 +35,12 @@ from specbound.statistics import grouped_per_token_means, mean_and_standard_erro
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of
+from specbound.studies.options import BIASED_METHODS
 from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
                                       checked_generation_settings, generation_summary, trace_probs)
-from specbound.verifiers import VERIFIERS, get_verifier
+from specbound.verifiers import get_verifier
 
-BIASED_METHODS = tuple(name for name, verifier in VERIFIERS.items() if not verifier.lossless)
 REFERENCE = "reference"
 
 
@@ -63,7 +62,6 @@ class BiasConfig:
 @register_study
 class BiasStudy(Study):
     name = "bias"
-    help = "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]"
     order = 2
     record_fields = RecordFields(
         position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
@@ -99,14 +97,6 @@ class BiasStudy(Study):
             BiasConfig(method, epsilon) for method in self.methods for epsilon in self.epsilons
         ]
         build_method("chain", gamma=gamma)  # checks γ
-
-    @staticmethod
-    def add_arguments(parser) -> None:
-        parser.add_argument("--epsilons", type=arguments.comma_list(float), default=[0.1, 0.2, 0.4, 0.8],
-                            help="ε values (default 0.1,0.2,0.4,0.8)")
-        parser.add_argument("--methods", type=arguments.names(BIASED_METHODS), default=list(BIASED_METHODS),
-                            help="biased methods (default decoding_opt,decoding_uno)")
-        parser.add_argument("--gamma", type=int, default=4, help="lookahead γ of every chain (default 4)")
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> BiasStudy:

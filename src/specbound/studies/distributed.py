@@ -22,7 +22,6 @@ the study itself is no worker failure: it stops the run, as it would a local one
 
 from __future__ import annotations
 
-import socket
 from collections import deque
 
 import torch
@@ -30,38 +29,9 @@ import torch
 from specbound.checks import positive_int
 from specbound.datasets import Prompt
 from specbound.studies.base import Study
+from specbound.studies.cluster import INSTALL_HINT, check_reachable, import_ray  # noqa: F401  (INSTALL_HINT: the refusal)
 from specbound.studies.records import StudyResults, read_results
 from specbound.studies.runner import StudyWriter, batches, machine_batch_size, run_batch
-
-INSTALL_HINT = "ray is not installed: pip install 'specbound[distributed]'"
-NAMED_ADDRESSES = ("local", "auto")  # ray.init's names: a new local instance, the cluster found here
-CONNECT_SECONDS = 5.0  # a cluster's head answers a TCP connection at once; ray.init retries for minutes
-
-
-def check_reachable(address: str | None, option: str = "address") -> None:
-    """Refuse (ValueError naming ``option``) a HOST:PORT or ray://HOST:PORT ``address`` where
-    nothing accepts a TCP connection within ``CONNECT_SECONDS``: ``ray.init`` would retry
-    there for minutes, saying nothing. None and the named addresses are left to ``ray.init``."""
-    if address is None or address in NAMED_ADDRESSES:
-        return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
-    except (OSError, ValueError) as error:
-        reason = (f"no answer within {CONNECT_SECONDS:g} s" if isinstance(error, TimeoutError)
-                  else getattr(error, "strerror", None) or error)
-        raise ValueError(f"{option.lstrip('-')}: no Ray cluster at {address} ({reason}); give {option} the address "
-                         "of a running cluster (ray start --head prints it)") from None
-
-
-def import_ray():
-    """The ``ray`` module, or a ValueError saying how to install it."""
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(INSTALL_HINT) from None
-    return ray
-
 
 class StudyWorker:
     """One Ray actor's state: the pair, built once; it decodes one batch per call."""

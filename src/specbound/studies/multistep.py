@@ -39,7 +39,6 @@ over prompts (prompts as clusters, ``statistics``); they and the report's sectio
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
 from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of, optional
+from specbound.studies.options import DECIDERS, DEFAULT_OPTIMUM_LIMIT
 from specbound.studies.records import StudyResults
 from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, Trace, checked_generation_settings,
                                       generation_summary)
@@ -63,8 +63,6 @@ from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
 
-DEFAULT_OPTIMUM_LIMIT = 1_000_000  # LP entries per step: chains γ ≤ 3 and trees n×1 on a 6-token vocabulary
-DECIDERS = ("multistep", "tokenwise")
 
 
 @dataclass(frozen=True)
@@ -192,47 +190,9 @@ def exact_ladder(target: FullForwards, draft: FullForwards, context: list[int], 
     }
 
 
-def _option_list(parse_item, example: str):
-    """A comma-separated option value, each item by ``parse_item`` (None: refused); 'none' -> []."""
-    def parse(text: str) -> list:
-        if text.strip().lower() == "none":
-            return []
-        values = []
-        for item in (value.strip() for value in text.split(",") if value.strip()):
-            value = parse_item(item)
-            if value is None:
-                raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none', "
-                                                 f"got {item!r}")
-            values.append(value)
-        if not values:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none'")
-        return values
-
-    return parse
-
-
-def _positive(text: str) -> int | None:
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
-
-def _entries(text: str) -> int:
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer (LP entries), got {text!r}")
-    return int(text)
-
-
-def _pair_of_positives(separator: str):
-    def parse(text: str) -> tuple[int, int] | None:
-        parts = [_positive(part.strip()) for part in text.replace("×", "x").split(separator)]
-        return tuple(parts) if len(parts) == 2 and None not in parts else None
-
-    return parse
-
-
 @register_study
 class MultistepStudy(Study):
     name = "multistep"
-    help = "token-wise vs block vs traversal verification on the same drafted steps, and the multi-step optimum"
     order = 3
     record_fields = RecordFields(
         position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "step": INTEGER, "depth": INTEGER,
@@ -266,27 +226,6 @@ class MultistepStudy(Study):
         self.decide = decide
         self.optimum_limit = positive_int("optimum_limit", optimum_limit, minimum=0)
         self.top_k, self.top_p = top_k, top_p
-
-    @staticmethod
-    def add_arguments(parser) -> None:
-        parser.add_argument("--gammas", type=_option_list(_positive, "2,4"), default=[2, 4],
-                            help="chain lookaheads γ (default 2,4; 'none': no chains)")
-        parser.add_argument("--trees", type=_option_list(_pair_of_positives("x"), "2x2,3x3"),
-                            default=[(2, 2), (3, 3)],
-                            help="trees NxD: N drafts per node (without replacement), D levels "
-                            "(default 2x2,3x3; 'none': no trees)")
-        parser.add_argument("--iid-trees", type=_option_list(_pair_of_positives("x"), "2x2"), default=[],
-                            help="trees NxD drafted i.i.d. (with replacement), decided by UniVer with Global "
-                            "Resolution plans; token-wise RRS and traversal on the same trees (default none)")
-        parser.add_argument("--sparse", type=_option_list(_pair_of_positives("/"), "8/4"), default=[],
-                            help="budgeted sparse trees BUDGET/DEPTH (width 4, at most 4 children a node; "
-                            "default none)")
-        parser.add_argument("--decide", choices=DECIDERS, default="multistep",
-                            help="the verifier whose decisions the engine follows: block/traversal (multistep, "
-                            "default) or token-wise")
-        parser.add_argument("--optimum-limit", type=_entries, default=DEFAULT_OPTIMUM_LIMIT,
-                            help="largest LP of the multi-step optimum, in entries per step "
-                            f"(default {DEFAULT_OPTIMUM_LIMIT:,}: tiny vocabularies only; 0: never)")
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> MultistepStudy:

@@ -138,6 +138,15 @@ class ResultsStore:
         _append(self.timings_path, _dumps({"unit": unit, "seconds": seconds}) + "\n")
 
 
+def check_free(directory) -> None:
+    """Refuse, as ``ResultsStore`` would, a results folder another run holds now, keeping
+    no lock: a first look before the study and its models load (the store takes the lock
+    for the run when it opens)."""
+    directory = Path(directory)
+    if (directory / LOCK_FILE).exists():
+        _lock(directory).release()
+
+
 def _lock(directory: Path) -> FileLock:
     """The folder's lock, held; a ValueError at once when another run holds it."""
     path = directory / LOCK_FILE

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specbound import arguments
 from specbound.checks import positive_int
 from specbound.datasets import Prompt
 from specbound.engine import Processing
@@ -78,7 +77,6 @@ def _lookahead(value) -> int | None:
 @register_study
 class RejectionsStudy(Study):
     name = "rejections"
-    help = "predicted vs measured rejections along real text [YIN]"
     order = 1
     record_fields = RecordFields(
         position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
@@ -119,15 +117,6 @@ class RejectionsStudy(Study):
                     fields = "lookaheads"
                 raise ValueError(f"{fields}: {error}") from None
         self.top_k, self.top_p = top_k, top_p
-
-    @staticmethod
-    def add_arguments(parser) -> None:
-        parser.add_argument("--lookaheads", type=arguments.comma_list(arguments.lookahead), default=[None, 2, 4, 8],
-                            help="single-draft lookaheads γ, 'inf' = to the horizon (default inf,2,4,8)")
-        parser.add_argument("--batch-sizes", type=arguments.comma_list(int), default=[1, 2, 4, 8],
-                            help="batch SD draft counts M (default 1,2,4,8)")
-        parser.add_argument("--batch-lookahead", type=arguments.lookahead, default=None,
-                            help="lookahead of the batch runs (default inf, the paper's K = ∞; costly)")
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> RejectionsStudy:

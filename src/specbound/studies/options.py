@@ -1,0 +1,168 @@
+"""Every study's name, help, command-line options and presets, in a module that imports
+neither torch nor the engine: ``specbound study`` builds its whole parser from
+``STUDY_OPTIONS`` and refuses an unknown study, a bad option or preset in a moment, before
+the studies (``base.STUDIES``, whose modules import torch) load. ``base.register_study``
+gives each study class its entry's ``help``, ``presets`` and ``add_arguments``; what the
+options build (``Study.from_arguments``) stays with the class.
+
+The method names below are the registries' (``acceptance_methods.acceptance_methods``,
+the verifiers that are not lossless), spelled out so that reading them imports no
+registry; ``tests/studies/test_study_command.py`` checks that they agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specbound import arguments
+
+# The acceptance study's methods: α* of every draft scheme, then the scalable lossless verifiers.
+ACCEPTANCE_METHODS = ("optimal_with_replacement", "optimal_without_replacement", "optimal_greedy",
+                      "optimal_spechub", "single", "rrs", "rrs_without_replacement", "kseq", "greedy", "spechub",
+                      "global_resolution")
+BIASED_METHODS = ("decoding_opt", "decoding_uno")  # the verifiers that trade bias for speed
+DEFAULT_TAIL_BUDGET = 1e-6
+LARGEST_TAIL_BUDGET = 1e-3
+DEFAULT_OPTIMUM_LIMIT = 1_000_000  # LP entries per step: chains γ ≤ 3 and trees n×1 on a 6-token vocabulary
+DECIDERS = ("multistep", "tokenwise")
+# Hu et al.'s tasks (Alpaca, CNN/DailyMail, WMT'14 De-En, MT-Bench) as far as prompt sets exist here:
+# the authored stand-ins for the first three, the real MT-Bench and MMLU sets, and the edit set
+HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
+
+
+@dataclass(frozen=True)
+class StudyPreset:
+    """Named settings of a study run (``specbound study NAME --preset PRESET``): option
+    dest -> value; an option given explicitly wins over its preset value."""
+
+    help: str
+    settings: dict
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    """What ``specbound study NAME`` knows of a study before it loads: its one-line help,
+    its own options (``add_arguments(parser)``) and its presets (name -> ``StudyPreset``)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    presets: dict = field(default_factory=dict)
+
+
+HU2025 = StudyPreset(
+    help=f"Hu et al. (ICLR 2025)'s acceptance table: up to 1024 prompts per task (--limit 1024) x 128 tokens "
+    f"(--max-new-tokens 128) on every available task of {','.join(HU2025_DATASETS)} (--dataset; sets whose package "
+    "is not installed are left out, with the command that installs them), --num-drafts 2,3,4,6, every method, "
+    "--temperature 0.7",
+    settings={"dataset": list(HU2025_DATASETS), "limit": 1024, "max_new_tokens": 128, "temperature": [0.7],
+              "num_drafts": [2, 3, 4, 6], "methods": list(ACCEPTANCE_METHODS)},
+)
+
+
+def acceptance_arguments(parser: argparse.ArgumentParser) -> None:
+    methods = list(ACCEPTANCE_METHODS)
+    parser.add_argument("--num-drafts", type=arguments.comma_list(arguments.positive_int), default=[3],
+                        help="numbers of drafts n, comma-separated (default 3; ablation: 2,3,4,6)")
+    parser.add_argument("--methods", type=arguments.names(methods), default=methods,
+                        help=f"methods, comma-separated (default all: {', '.join(methods)})")
+    parser.add_argument("--gamma", type=arguments.non_negative_int, default=0,
+                        help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
+                        "(default 0)")
+    parser.add_argument("--workers", type=arguments.integer(1, os.cpu_count() or 1),
+                        default=min(2, os.cpu_count() or 1),
+                        help="processes for the exact computations (default: 2, or 1 on one core)")
+    parser.add_argument("--tail-budget", type=arguments.number(0.0, LARGEST_TAIL_BUDGET),
+                        default=DEFAULT_TAIL_BUDGET,
+                        help="drop each row's least likely tokens before the exact computations while the "
+                        "bound on the move of the acceptances (proven for α*, tested for the verifiers) stays "
+                        f"below this (default {DEFAULT_TAIL_BUDGET:g}, recorded per position; 0 = exact)")
+
+
+def rejections_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lookaheads", type=arguments.comma_list(arguments.lookahead), default=[None, 2, 4, 8],
+                        help="single-draft lookaheads γ, 'inf' = to the horizon (default inf,2,4,8)")
+    parser.add_argument("--batch-sizes", type=arguments.comma_list(arguments.positive_int), default=[1, 2, 4, 8],
+                        help="batch SD draft counts M (default 1,2,4,8)")
+    parser.add_argument("--batch-lookahead", type=arguments.lookahead, default=None,
+                        help="lookahead of the batch runs (default inf, the paper's K = ∞; costly)")
+
+
+def bias_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epsilons", type=arguments.comma_list(arguments.number(0.0)), default=[0.1, 0.2, 0.4, 0.8],
+                        help="ε values (default 0.1,0.2,0.4,0.8)")
+    parser.add_argument("--methods", type=arguments.names(BIASED_METHODS), default=list(BIASED_METHODS),
+                        help="biased methods (default decoding_opt,decoding_uno)")
+    parser.add_argument("--gamma", type=arguments.positive_int, default=4,
+                        help="lookahead γ of every chain (default 4)")
+
+
+def multistep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gammas", type=_option_list(_positive, "2,4"), default=[2, 4],
+                        help="chain lookaheads γ (default 2,4; 'none': no chains)")
+    parser.add_argument("--trees", type=_option_list(_pair_of_positives("x"), "2x2,3x3"),
+                        default=[(2, 2), (3, 3)],
+                        help="trees NxD: N drafts per node (without replacement), D levels "
+                        "(default 2x2,3x3; 'none': no trees)")
+    parser.add_argument("--iid-trees", type=_option_list(_pair_of_positives("x"), "2x2"), default=[],
+                        help="trees NxD drafted i.i.d. (with replacement), decided by UniVer with Global "
+                        "Resolution plans; token-wise RRS and traversal on the same trees (default none)")
+    parser.add_argument("--sparse", type=_option_list(_pair_of_positives("/"), "8/4"), default=[],
+                        help="budgeted sparse trees BUDGET/DEPTH (width 4, at most 4 children a node; "
+                        "default none)")
+    parser.add_argument("--decide", choices=DECIDERS, default="multistep",
+                        help="the verifier whose decisions the engine follows: block/traversal (multistep, "
+                        "default) or token-wise")
+    parser.add_argument("--optimum-limit", type=_entries, default=DEFAULT_OPTIMUM_LIMIT,
+                        help="largest LP of the multi-step optimum, in entries per step "
+                        f"(default {DEFAULT_OPTIMUM_LIMIT:,}: tiny vocabularies only; 0: never)")
+
+
+def _option_list(parse_item, example: str):
+    """A comma-separated option value, each item by ``parse_item`` (None: refused); 'none' -> []."""
+    def parse(text: str) -> list:
+        if text.strip().lower() == "none":
+            return []
+        values = []
+        for item in (value.strip() for value in text.split(",") if value.strip()):
+            value = parse_item(item)
+            if value is None:
+                raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none', "
+                                                 f"got {item!r}")
+            values.append(value)
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list like {example!r} or 'none'")
+        return values
+
+    return parse
+
+
+def _positive(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def _entries(text: str) -> int:
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer (LP entries), got {text!r}")
+    return int(text)
+
+
+def _pair_of_positives(separator: str):
+    def parse(text: str) -> tuple[int, int] | None:
+        parts = [_positive(part.strip()) for part in text.replace("×", "x").split(separator)]
+        return tuple(parts) if len(parts) == 2 and None not in parts else None
+
+    return parse
+
+
+STUDY_OPTIONS: dict[str, StudyOptions] = {options.name: options for options in (
+    StudyOptions("acceptance", "exact per-position acceptance of every method and α* [HU]", acceptance_arguments,
+                 {"hu2025": HU2025}),
+    StudyOptions("bias", "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]", bias_arguments),
+    StudyOptions("multistep", "token-wise vs block vs traversal verification on the same drafted steps, and the "
+                 "multi-step optimum", multistep_arguments),
+    StudyOptions("rejections", "predicted vs measured rejections along real text [YIN]", rejections_arguments),
+)}
