@@ -313,23 +313,29 @@ servers = {"llama.cpp": 1, "vllm": 2}
     assert backend_tables("m", tree) == ["m:7 keys a table by backend name"]
 
 
-ASSEMBLED = ("optimum", "prefill_progress")  # what only engine.assembly gives a decoder and its models
+ASSEMBLED = ("optimum", "prefill_progress")  # what a decoder is built with; what engine.assembly gives its models
 
 
-def patched_after_assembly(module: str, tree: ast.AST) -> list[str]:
-    """Assignments to ``x.optimum`` or ``x.prefill_progress`` where ``x`` is not ``self``."""
+def patched_after_assembly(module: str, tree: ast.AST, attributes=ASSEMBLED) -> list[str]:
+    """Assignments to ``x.optimum`` or ``x.prefill_progress`` (of ``attributes``) where ``x``
+    is not ``self``."""
     found = []
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AnnAssign, ast.AugAssign)) else []
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr in ASSEMBLED and not (
+            if isinstance(target, ast.Attribute) and target.attr in attributes and not (
                     isinstance(target.value, ast.Name) and target.value.id == "self"):
                 found.append(f"{module}:{node.lineno} sets .{target.attr}")
     return found
 
 
 def test_nothing_but_the_assembly_equips_a_decoder_after_it_is_built():
+    """A decoder takes its optimum recorder in its constructor (``Decoder(..., optimum=)``):
+    nothing sets it afterwards; only ``engine.assembly`` gives the language models their
+    prefill progress."""
+    assert not [found for path in sorted(SOURCE.rglob("*.py"))
+                for found in patched_after_assembly(module_name(path), parsed(path), ("optimum",))]
     assert not [found for path in sorted(SOURCE.rglob("*.py")) if module_name(path) != "specbound.engine.assembly"
                 for found in patched_after_assembly(module_name(path), parsed(path))]
 

@@ -67,23 +67,28 @@ def assemble(pair: ModelPair, processing: Processing, method: Method | str = "au
         raise ValueError(f"drafter: expected one of {list(DRAFTERS)}, got {drafter!r}")
     suffix = SuffixDrafter(pair.vocab_size, suffix_history, device=pair.device) if drafter == "suffix" else None
     if method == "auto":
-        decoder, planner = _auto(pair, processing, draft_precisions, cache_dir, eos, candidates, suffix)
-        methods = [candidate.build() for candidate in planner.candidates]
-        return Assembly(_equipped(decoder, methods, optimum_budget, prefill_progress), planner)
+        decoder, planner = _auto(pair, processing, draft_precisions, cache_dir, eos, candidates, suffix,
+                                 optimum_budget)
+        return Assembly(_reporting_prefill(decoder, prefill_progress), planner)
     if not isinstance(method, Method):
         raise TypeError(f"method: expected a Method or 'auto', got {type(method).__name__}")
     target = pair.backend.language_model(pair.target, pair.target_twin)
     decoder = Decoder(target, (suffix or _drafter(pair, processing, drafter)) if method.depth else None, processing,
-                      eos)
-    return Assembly(_equipped(decoder, [method], optimum_budget, prefill_progress), method)
+                      eos, optimum=_recorder(optimum_budget, [method]))
+    return Assembly(_reporting_prefill(decoder, prefill_progress), method)
 
 
-def _equipped(decoder: Decoder, methods: list[Method], optimum_budget: float, prefill_progress) -> Decoder:
-    """``decoder`` as it leaves ``assemble``: its recorder with ``optimum_budget``, warmed up
-    for every per-node verifier of ``methods``, and its language models reporting their
-    prefill chunks to ``prefill_progress(role)`` (module docstring)."""
-    decoder.optimum = OptimumRecorder(optimum_budget)
-    decoder.optimum.warm_up(node for method in methods for node in _verified_nodes(method))
+def _recorder(optimum_budget: float, methods: list[Method]) -> OptimumRecorder:
+    """The decoder's optimum recorder with ``optimum_budget``, warmed up for every per-node
+    verifier of ``methods`` (module docstring)."""
+    recorder = OptimumRecorder(optimum_budget)
+    recorder.warm_up(node for method in methods for node in _verified_nodes(method))
+    return recorder
+
+
+def _reporting_prefill(decoder: Decoder, prefill_progress) -> Decoder:
+    """``decoder`` as it leaves ``assemble``: its language models reporting their prefill
+    chunks to ``prefill_progress(role)`` (module docstring)."""
     drafts = decoder.drafter.language_models if decoder.drafter is not None else []
     for role, lm in [("target", decoder.target)] + [("draft", lm) for lm in drafts]:
         lm.prefill_progress = prefill_progress(role) if prefill_progress is not None else None
@@ -119,7 +124,7 @@ def _model_drafter(pair: ModelPair, draft, processing: Processing, variant_for_r
 
 
 def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, eos,
-          candidates, suffix: SuffixDrafter | None) -> tuple[Decoder, Planner]:
+          candidates, suffix: SuffixDrafter | None, optimum_budget: float) -> tuple[Decoder, Planner]:
     backend, device = pair.backend, pair.device
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     book = CostBook(cache / "costs.json")
@@ -142,4 +147,5 @@ def _auto(pair: ModelPair, processing: Processing, draft_precisions, cache_dir, 
     if pair.draft is not None:
         draft = backend.language_model(pair.draft, pair.draft_twin, variants)
         drafters["model"] = _model_drafter(pair, draft, processing, planner.variant_for_rows)
-    return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads), planner
+    optimum = _recorder(optimum_budget, [candidate.build() for candidate in planner.candidates])
+    return Decoder(target, DrafterChoice(drafters), processing, eos, batch_heads, optimum), planner

@@ -210,14 +210,15 @@ class Decoder:
     ``auto``."""
 
     def __init__(self, target: LanguageModel, drafter: Drafter | None, processing: Processing, eos_token_ids=(),
-                 batch_heads: bool = False):
+                 batch_heads: bool = False, optimum: OptimumRecorder | None = None):
         self.target = target
         self.batch_heads = batch_heads
         self.drafter = drafter
         self.processing = processing
         self.eos_token_ids = frozenset(int(token) for token in eos_token_ids)
-        self.optimum = OptimumRecorder(budget=0.0)  # each verified position's acceptance and α*: off until given a
-        # budget (engine.optimum; the Speculator's decoders have one)
+        # each verified position's acceptance and α* (engine.optimum): ``optimum``'s, none without one
+        # (``engine.assembly.assemble`` gives the recorder of its ``optimum_budget``)
+        self.optimum = optimum if optimum is not None else OptimumRecorder(budget=0.0)
         self.vocab_size = processing.vocab_size or target.logits_size
         if processing.vocab_size is not None and processing.vocab_size > target.logits_size:
             raise ValueError(f"vocab_size: {processing.vocab_size} exceeds the target's {target.logits_size} logits")
