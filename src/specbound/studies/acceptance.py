@@ -20,7 +20,7 @@ renormalised, while a proven bound B on the move of Σ min(p, q) and of every α
 within the budget (``specbound.bounds.tail``, where the proof is); one cut per number of
 drafts n, all n from one pass over the row. On the default pair at T = 0.7, n = 3, this
 keeps 30,000 of 151,936 tokens per row on average (63–137,710) on the llama.cpp backend's
-float32 rows (443 positions of four MMLU prompts, ``benchmarks/results/study_hu2025/
+float32 rows (443 positions of four MMLU prompts, ``benchmarks/results/studies/
 tail_kept_tokens_amx_xeon.json``). ``tail_budget = 0``
 drops only tokens where p = q = 0: exact. B and the dropped masses are recorded per
 position.

@@ -296,7 +296,7 @@ def _tail_blocks(studies: list[StudyResults]) -> list:
         "move by at most B (proof in `specbound.bounds.tail`); the tests check B for the verifiers too. At the "
         "default budget 10⁻⁶ and n = 3 it keeps 30,000 of 151,936 tokens per row on average on the llama.cpp "
         "backend's float32 rows (443 MMLU positions, "
-        "`benchmarks/results/study_hu2025/tail_kept_tokens_amx_xeon.json`). "
+        "`benchmarks/results/studies/tail_kept_tokens_amx_xeon.json`). "
         "Per position:"
     ), Bullets(lines)]
 

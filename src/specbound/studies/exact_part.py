@@ -67,7 +67,8 @@ def _worker_setup(parent: int) -> None:
     than without). And glibc's malloc keeps the memory the worker frees: the exact part
     allocates and frees arrays of a cut row's size (megabytes) at every step, and under
     glibc's adaptive mmap threshold many come as fresh mappings, each paying its page faults
-    again (round 6 of ``benchmarks/results/study_exact_unit.md``).
+    again (``benchmarks/studies/bench_study_real_rows.py --workers 2`` times the exact part as
+    a study runs it).
     Elsewhere than glibc the allocator is left as it is. A thread ends the worker with its
     ``parent`` (``_exit_with_parent``); the resource tracker then ends too, its pipe closed
     by every process that held it."""
