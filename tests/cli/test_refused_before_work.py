@@ -151,6 +151,8 @@ STUDY_BEFORE_TORCH = [  # (arguments, the option the refusal names): the study's
     (["study", "multistep", "--trees", "0x2"], "--trees"),
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{held}"], "--out"),
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{free}", "--ray", "127.0.0.1:1"], "--ray"),
+    (["report", "{held}"], "results"),  # settings without a finished run
+    (["report", "{lacking}"], "results"),  # settings without the study's own fields
 ]
 STUDY_CODE = BEFORE_TORCH_CODE.replace('("torch", "transformers", "llama_cpp")',
                                        '("torch", "transformers", "llama_cpp", "numba", "scipy", "matplotlib")')
@@ -160,13 +162,16 @@ def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load
     """``specbound study`` reads the studies' names, options and presets without torch
     (``studies.options``): an unknown study, a bad option of a study's own, a results folder
     another run holds and an unreachable ``--ray`` are refused (status 2, naming the option)
-    before the studies' registry loads torch, numba, scipy or matplotlib. Nothing listens on
-    port 1."""
+    before the studies' registry loads torch, numba, scipy or matplotlib; so are results
+    ``specbound report`` cannot render (their fields are read without the studies too).
+    Nothing listens on port 1."""
     from specbound.studies.records import ResultsStore
 
-    held = tmp_path / "held"
-    calls = [[argument.format(prompts=prompts, held=held, free=tmp_path / "free") for argument in arguments]
-             for arguments, _ in STUDY_BEFORE_TORCH]
+    held, lacking = tmp_path / "held", tmp_path / "lacking" / "acceptance" / "x"
+    lacking.mkdir(parents=True)
+    (lacking / "settings.json").write_text(json.dumps({"study": "acceptance", "dataset": "x"}))
+    calls = [[argument.format(prompts=prompts, held=held, free=tmp_path / "free", lacking=lacking.parents[1])
+              for argument in arguments] for arguments, _ in STUDY_BEFORE_TORCH]
     with ResultsStore(held / "acceptance" / "prompts", {"study": "acceptance"}):  # another run's lock
         finished = subprocess.run([sys.executable, "-c", STUDY_CODE, json.dumps(calls)], capture_output=True,
                                   text=True, timeout=300)

@@ -149,6 +149,8 @@ def test_the_light_options_name_what_the_registries_hold():
 
     assert list(ACCEPTANCE_METHODS) == list(acceptance_methods())
     assert list(BIASED_METHODS) == [name for name, verifier in VERIFIERS.items() if not verifier.lossless]
-    assert list(STUDY_OPTIONS) == list(STUDIES)
+    assert sorted(STUDY_OPTIONS) == sorted(STUDIES)
     for name, study in STUDIES.items():
-        assert (study.help, study.presets) == (STUDY_OPTIONS[name].help, STUDY_OPTIONS[name].presets)
+        options = STUDY_OPTIONS[name]
+        assert (study.help, study.order, study.record_fields, study.presets) == (
+            options.help, options.order, options.record_fields, options.presets)

@@ -7,16 +7,18 @@ import argparse
 from pathlib import Path
 
 from specbound.cli.inputs import check_study_settings
+from specbound.studies.records import find_results
 
 
 def run(args: argparse.Namespace) -> int:
     check_results_folder(args.results_dir)
     check_study_settings(args.results_dir, "results")
     check_holds_results(args.results_dir)
+    studies = find_results(args.results_dir)  # every record read and checked, without the studies
 
     from specbound.studies.report import write_report  # after the checks: it imports the studies (torch)
 
-    markdown = write_report(args.results_dir)
+    markdown = write_report(args.results_dir, studies)
     print(f"wrote {markdown}")
     print(f"wrote {markdown.with_suffix('.html')}")
     return 0
@@ -31,8 +33,8 @@ def check_results_folder(text: str) -> None:
 
 
 def check_holds_results(text: str) -> None:
-    """Refuse a folder with no study's settings file below it (``studies.report.find_results``
-    says the rest, once the studies are imported)."""
+    """Refuse a folder with no study's settings file below it, before its records are read
+    (``studies.records.find_results`` says the rest)."""
     from specbound.studies.records import SETTINGS_FILE
 
     if next(Path(text).rglob(SETTINGS_FILE), None) is None:

@@ -60,11 +60,9 @@ from specbound.studies.acceptance_report import (ablation_table, acceptance_repo
                                                  acceptance_table, gap_summary, gap_table)
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.exact_part import ExactPool, exact_acceptances, unit_exact_part
-from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of
 from specbound.studies.options import DEFAULT_TAIL_BUDGET, HU2025_DATASETS, LARGEST_TAIL_BUDGET  # noqa: F401
 from specbound.studies.records import StudyResults
-from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
-                                      checked_generation_settings, generation_summary, trace_probs)
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 
 __all__ = ["AcceptanceStudy", "acceptance_methods", "acceptance_summary", "exact_acceptances", "gap_summary",
            "method_acceptance"]
@@ -75,16 +73,6 @@ class AcceptanceStudy(Study):
     rows do not depend on n, so the n-ablation costs no extra generation)."""
 
     name = "acceptance"
-    order = 0
-    record_fields = RecordFields(
-        position={"prompt_id": TEXT, "temperature": NUMBER, "num_drafts": INTEGER, "position": INTEGER,
-                  "token": INTEGER, "acceptance": mapping_of(NUMBER), "tail_mass": list_of(NUMBER),
-                  "tail_bound": NUMBER},
-        run={"prompt_id": TEXT, "temperature": NUMBER, "unavailable": MAPPING, **GENERATION_FIELDS},
-        key=("num_drafts", "position"),
-        settings={**GENERATION_SETTINGS, "num_drafts": list_of(INTEGER), "methods": list_of(TEXT),
-                  "tail_budget": NUMBER},
-    )
 
     def __init__(
         self,

@@ -2,9 +2,9 @@
 
 A study reruns one of the papers' experiments on a real (target, draft) pair (SPEC.md §5).
 It is one class, registered with ``@register_study``, that owns everything about it:
-- its command-line options (``add_arguments``, with its ``help`` and ``presets``: declared in
-  ``options.STUDY_OPTIONS``, which imports no torch, and given to the class as it registers)
-  and how they build it (``from_arguments``);
+- its command-line options (``add_arguments``, with its ``help``, ``presets``, report
+  ``order`` and ``record_fields``: declared in ``options.STUDY_OPTIONS``, which imports no
+  torch, and given to the class as it registers) and how they build it (``from_arguments``);
 - its **units** — one engine generation for one prompt at one setting (a temperature, a
   decoding configuration) — and how one unit becomes records (``run_unit``);
 - its tables (``summary_tables``, printed by ``specbound study``) and its report sections
@@ -60,9 +60,10 @@ class Study:
 
     name: ClassVar[str]
     help: ClassVar[str]  # from ``options.STUDY_OPTIONS`` (``register_study``)
-    order: ClassVar[int]  # position in the report
+    order: ClassVar[int]  # position in the report, from ``STUDY_OPTIONS``
     presets: ClassVar[dict] = {}  # name -> StudyPreset: ``--preset NAME`` (cli.study), from ``STUDY_OPTIONS``
     record_fields: ClassVar[RecordFields] = RecordFields()  # what its records hold, checked as they are read
+    # (``records``), from ``STUDY_OPTIONS``
 
     @classmethod
     def from_arguments(cls, args: argparse.Namespace, generation: dict) -> Study:
@@ -135,14 +136,16 @@ STUDIES: dict[str, type[Study]] = {}
 
 
 def register_study(study_class: type[Study]) -> type[Study]:
-    """Class decorator: add a study to ``STUDIES`` under its name, with the help, presets and
-    ``add_arguments`` (its own options) of its entry in ``options.STUDY_OPTIONS``."""
+    """Class decorator: add a study to ``STUDIES`` under its name, with the help, order,
+    record fields, presets and ``add_arguments`` (its own options) of its entry in
+    ``options.STUDY_OPTIONS``."""
     if study_class.name in STUDIES:
         raise ValueError(f"study: {study_class.name!r} is registered already")
     if study_class.name not in STUDY_OPTIONS:
         raise ValueError(f"study: {study_class.name!r} has no entry in studies.options.STUDY_OPTIONS")
     options = STUDY_OPTIONS[study_class.name]
-    study_class.help, study_class.presets = options.help, options.presets
+    study_class.help, study_class.order, study_class.presets = options.help, options.order, options.presets
+    study_class.record_fields = options.record_fields
     study_class.add_arguments = staticmethod(options.add_arguments)
     STUDIES[study_class.name] = study_class
     return study_class

@@ -34,11 +34,9 @@ from specbound.probability import total_variation
 from specbound.statistics import grouped_per_token_means, mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of
 from specbound.studies.options import BIASED_METHODS
 from specbound.studies.records import StudyResults
-from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
-                                      checked_generation_settings, generation_summary, trace_probs)
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 from specbound.verifiers import get_verifier
 
 REFERENCE = "reference"
@@ -62,15 +60,6 @@ class BiasConfig:
 @register_study
 class BiasStudy(Study):
     name = "bias"
-    order = 2
-    record_fields = RecordFields(
-        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
-                  "total_variation": NUMBER, "points": list_of(MAPPING)},
-        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "method": TEXT, "epsilon": NUMBER,
-             **GENERATION_FIELDS},
-        key=("position",),
-        settings={**GENERATION_SETTINGS, "epsilons": list_of(NUMBER), "methods": list_of(TEXT), "gamma": INTEGER},
-    )
 
     def __init__(
         self,

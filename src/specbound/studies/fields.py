@@ -52,3 +52,9 @@ class RecordFields:
     run: dict[str, Kind] = field(default_factory=dict)
     key: tuple[str, ...] = ()
     settings: dict[str, Kind] = field(default_factory=dict)
+
+
+GENERATION_FIELDS = {"prompt_tokens": INTEGER, "tokens": list_of(INTEGER), "text": TEXT, "finish_reason": TEXT,
+                     "engine": MAPPING}  # what ``traces.generation_summary`` gives a run record
+GENERATION_SETTINGS = {"temperatures": list_of(NUMBER), "max_new_tokens": INTEGER, "top_k": optional(INTEGER),
+                       "top_p": optional(NUMBER)}  # the settings ``traces.checked_generation_settings`` checks

@@ -54,11 +54,9 @@ from specbound.engine.methods import Method, build_method
 from specbound.models.pair import ModelPair
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
-from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, RecordFields, list_of, mapping_of, optional
 from specbound.studies.options import DECIDERS, DEFAULT_OPTIMUM_LIMIT
 from specbound.studies.records import StudyResults
-from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, Trace, checked_generation_settings,
-                                      generation_summary)
+from specbound.studies.traces import Trace, checked_generation_settings, generation_summary
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
@@ -193,17 +191,6 @@ def exact_ladder(target: FullForwards, draft: FullForwards, context: list[int], 
 @register_study
 class MultistepStudy(Study):
     name = "multistep"
-    order = 3
-    record_fields = RecordFields(
-        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "step": INTEGER, "depth": INTEGER,
-                  "tree_size": INTEGER, "accepted": INTEGER, "expected": mapping_of(NUMBER),
-                  "ladder": optional(mapping_of(NUMBER))},
-        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "family": TEXT, "size": INTEGER,
-             "depth": INTEGER, "decide": TEXT, "verifiers": mapping_of(TEXT), "decided_by": TEXT, "optimum": TEXT,
-             **GENERATION_FIELDS},
-        key=("step",),
-        settings={**GENERATION_SETTINGS, "configs": list_of(TEXT), "decide": TEXT, "optimum_limit": INTEGER},
-    )
 
     def __init__(
         self,

@@ -1,9 +1,10 @@
-"""Every study's name, help, command-line options and presets, in a module that imports
-neither torch nor the engine: ``specbound study`` builds its whole parser from
-``STUDY_OPTIONS`` and refuses an unknown study, a bad option or preset in a moment, before
-the studies (``base.STUDIES``, whose modules import torch) load. ``base.register_study``
-gives each study class its entry's ``help``, ``presets`` and ``add_arguments``; what the
-options build (``Study.from_arguments``) stays with the class.
+"""Every study's name, help, report position, record fields, command-line options and
+presets, in a module that imports neither torch nor the engine: ``specbound study`` builds
+its whole parser from ``STUDY_OPTIONS`` and refuses an unknown study, a bad option or preset
+in a moment, and ``records`` checks a study's files by its fields, before the studies
+(``base.STUDIES``, whose modules import torch) load. ``base.register_study`` gives each
+study class its entry's ``help``, ``order``, ``record_fields``, ``presets`` and
+``add_arguments``; what the options build (``Study.from_arguments``) stays with the class.
 
 The method names below are the registries' (``acceptance_methods.acceptance_methods``,
 the verifiers that are not lossless), spelled out so that reading them imports no
@@ -18,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specbound import arguments
+from specbound.studies.fields import (GENERATION_FIELDS, GENERATION_SETTINGS, INTEGER, MAPPING, NUMBER, TEXT,
+                                      RecordFields, list_of, mapping_of, optional)
 
 # The acceptance study's methods: α* of every draft scheme, then the scalable lossless verifiers.
 ACCEPTANCE_METHODS = ("optimal_with_replacement", "optimal_without_replacement", "optimal_greedy",
@@ -33,6 +36,50 @@ DECIDERS = ("multistep", "tokenwise")
 HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
 
 
+
+# What each study's records and settings hold (checked as they are read: ``records``).
+ACCEPTANCE_FIELDS = RecordFields(
+    position={"prompt_id": TEXT, "temperature": NUMBER, "num_drafts": INTEGER, "position": INTEGER,
+              "token": INTEGER, "acceptance": mapping_of(NUMBER), "tail_mass": list_of(NUMBER),
+              "tail_bound": NUMBER},
+    run={"prompt_id": TEXT, "temperature": NUMBER, "unavailable": MAPPING, **GENERATION_FIELDS},
+    key=("num_drafts", "position"),
+    settings={**GENERATION_SETTINGS, "num_drafts": list_of(INTEGER), "methods": list_of(TEXT),
+              "tail_budget": NUMBER},
+)
+
+REJECTIONS_FIELDS = RecordFields(
+    position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
+              "total_variation": NUMBER, "expected_rejection": NUMBER, "round_start": NUMBER},
+    run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "num_drafts": INTEGER,
+         "lookahead": optional(INTEGER), "horizon": INTEGER, "measured": mapping_of(NUMBER),
+         "predicted": mapping_of(NUMBER), "theorem_rejections": NUMBER, "sum_total_variation": NUMBER,
+         **GENERATION_FIELDS},
+    key=("position",),
+    settings={**GENERATION_SETTINGS, "configs": list_of(TEXT)},
+)
+
+BIAS_FIELDS = RecordFields(
+    position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
+              "total_variation": NUMBER, "points": list_of(MAPPING)},
+    run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "method": TEXT, "epsilon": NUMBER,
+         **GENERATION_FIELDS},
+    key=("position",),
+    settings={**GENERATION_SETTINGS, "epsilons": list_of(NUMBER), "methods": list_of(TEXT), "gamma": INTEGER},
+)
+
+MULTISTEP_FIELDS = RecordFields(
+    position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "step": INTEGER, "depth": INTEGER,
+              "tree_size": INTEGER, "accepted": INTEGER, "expected": mapping_of(NUMBER),
+              "ladder": optional(mapping_of(NUMBER))},
+    run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "family": TEXT, "size": INTEGER,
+         "depth": INTEGER, "decide": TEXT, "verifiers": mapping_of(TEXT), "decided_by": TEXT, "optimum": TEXT,
+         **GENERATION_FIELDS},
+    key=("step",),
+    settings={**GENERATION_SETTINGS, "configs": list_of(TEXT), "decide": TEXT, "optimum_limit": INTEGER},
+)
+
+
 @dataclass(frozen=True)
 class StudyPreset:
     """Named settings of a study run (``specbound study NAME --preset PRESET``): option
@@ -44,11 +91,14 @@ class StudyPreset:
 
 @dataclass(frozen=True)
 class StudyOptions:
-    """What ``specbound study NAME`` knows of a study before it loads: its one-line help,
-    its own options (``add_arguments(parser)``) and its presets (name -> ``StudyPreset``)."""
+    """What ``specbound study NAME`` and ``specbound report`` know of a study before it
+    loads: its one-line help, its position in the report, what its records hold, its own
+    options (``add_arguments(parser)``) and its presets (name -> ``StudyPreset``)."""
 
     name: str
     help: str
+    order: int
+    record_fields: RecordFields
     add_arguments: Callable[[argparse.ArgumentParser], None]
     presets: dict = field(default_factory=dict)
 
@@ -159,10 +209,12 @@ def _pair_of_positives(separator: str):
 
 
 STUDY_OPTIONS: dict[str, StudyOptions] = {options.name: options for options in (
-    StudyOptions("acceptance", "exact per-position acceptance of every method and α* [HU]", acceptance_arguments,
-                 {"hu2025": HU2025}),
-    StudyOptions("bias", "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]", bias_arguments),
+    StudyOptions("acceptance", "exact per-position acceptance of every method and α* [HU]", 0, ACCEPTANCE_FIELDS,
+                 acceptance_arguments, {"hu2025": HU2025}),
+    StudyOptions("bias", "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]", 2, BIAS_FIELDS,
+                 bias_arguments),
     StudyOptions("multistep", "token-wise vs block vs traversal verification on the same drafted steps, and the "
-                 "multi-step optimum", multistep_arguments),
-    StudyOptions("rejections", "predicted vs measured rejections along real text [YIN]", rejections_arguments),
+                 "multi-step optimum", 3, MULTISTEP_FIELDS, multistep_arguments),
+    StudyOptions("rejections", "predicted vs measured rejections along real text [YIN]", 1, REJECTIONS_FIELDS,
+                 rejections_arguments),
 )}

@@ -49,6 +49,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, Kind, RecordFields, mapping_of
+from specbound.studies.options import STUDY_OPTIONS
 
 SETTINGS_FILE = "settings.json"
 RECORDS_FILE = "records.jsonl"
@@ -255,15 +256,11 @@ def _complete_lines(path: Path) -> list[tuple[int, dict, bytes]]:
 
 
 def declared_fields(settings: dict) -> tuple[str, RecordFields | None]:
-    """The study ``settings`` name and its record fields (``Study.record_fields``); None for
-    a study this version does not know (its records are checked for their envelope only).
-    The studies registered so far: a study's own run has registered it, and a reader of any
-    study's folder (``report``, ``specbound study``) has asked for ``specbound.studies.STUDIES``,
-    which registers every one (the package's ``__getattr__``)."""
-    from specbound.studies.base import STUDIES
-
+    """The study ``settings`` name and its record fields (``options.STUDY_OPTIONS``, read
+    without the studies); None for a study this version does not know (its records are
+    checked for their envelope only)."""
     name = settings.get("study")
-    study = STUDIES.get(name) if isinstance(name, str) else None
+    study = STUDY_OPTIONS.get(name) if isinstance(name, str) else None
     return (str(name), None) if study is None else (name, study.record_fields)
 
 
@@ -390,3 +387,32 @@ def read_results(directory) -> StudyResults:
         if entry["unit"] in done:
             timings.setdefault(entry["unit"], entry["seconds"])
     return StudyResults(directory, settings, positions, runs, timings)
+
+
+REPORT_FOLDER = "report"  # what ``specbound report`` writes below a results folder (``studies.report``)
+
+
+def find_results(directory) -> list[StudyResults]:
+    """Every study's results below ``directory`` (itself included), in study order."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"results: {directory} is not a directory")
+    read = [read_results(path.parent) for path in sorted(directory.rglob(SETTINGS_FILE))
+            if REPORT_FOLDER not in path.relative_to(directory).parts]
+    found = [results for results in read if results.runs]
+    if not found:
+        unfinished = [str(results.directory) for results in read if _has_records(results.directory)]
+        raise ValueError(
+            f"results: no study results (a folder with {SETTINGS_FILE} and finished runs) below {directory}"
+            + (f"; {', '.join(unfinished)} holds records but no run record (a line with \"kind\": \"run\"): "
+               "an interrupted first unit, or records of another program or version" if unfinished else ""))
+    unknown = sorted({r.settings.get("study") for r in found} - STUDY_OPTIONS.keys(), key=str)
+    if unknown:
+        raise ValueError(f"results: {directory} holds results of unknown studies {unknown}; "
+                         f"known: {sorted(STUDY_OPTIONS)}")
+    return sorted(found, key=lambda r: (STUDY_OPTIONS[r.settings["study"]].order, str(r.settings.get("dataset"))))
+
+
+def _has_records(directory: Path) -> bool:
+    records = directory / RECORDS_FILE
+    return records.is_file() and records.stat().st_size > 0

@@ -35,11 +35,9 @@ from specbound.probability import total_variation
 from specbound.statistics import mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
-from specbound.studies.fields import INTEGER, NUMBER, TEXT, RecordFields, list_of, mapping_of, optional
 from specbound.studies.records import StudyResults
 from specbound.studies.trace_theory import trace_expected_cost
-from specbound.studies.traces import (GENERATION_FIELDS, GENERATION_SETTINGS, TraceRequest,
-                                      checked_generation_settings, generation_summary, trace_probs)
+from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 
 
 @dataclass(frozen=True)
@@ -77,17 +75,6 @@ def _lookahead(value) -> int | None:
 @register_study
 class RejectionsStudy(Study):
     name = "rejections"
-    order = 1
-    record_fields = RecordFields(
-        position={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "position": INTEGER, "token": INTEGER,
-                  "total_variation": NUMBER, "expected_rejection": NUMBER, "round_start": NUMBER},
-        run={"prompt_id": TEXT, "temperature": NUMBER, "config": TEXT, "num_drafts": INTEGER,
-             "lookahead": optional(INTEGER), "horizon": INTEGER, "measured": mapping_of(NUMBER),
-             "predicted": mapping_of(NUMBER), "theorem_rejections": NUMBER, "sum_total_variation": NUMBER,
-             **GENERATION_FIELDS},
-        key=("position",),
-        settings={**GENERATION_SETTINGS, "configs": list_of(TEXT)},
-    )
 
     def __init__(
         self,

@@ -14,36 +14,7 @@ from pathlib import Path
 
 from specbound.studies import STUDIES  # every study registered
 from specbound.studies.document import Heading, Paragraph, Table, to_html, to_markdown
-from specbound.studies.records import RECORDS_FILE, SETTINGS_FILE, StudyResults, read_results
-
-REPORT_FOLDER = "report"
-
-
-# -- finding and describing results ---------------------------------------------------------
-def find_results(directory) -> list[StudyResults]:
-    """Every study's results below ``directory`` (itself included), in study order."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(f"results: {directory} is not a directory")
-    read = [read_results(path.parent) for path in sorted(directory.rglob(SETTINGS_FILE))
-            if REPORT_FOLDER not in path.relative_to(directory).parts]
-    found = [results for results in read if results.runs]
-    if not found:
-        unfinished = [str(results.directory) for results in read if _has_records(results.directory)]
-        raise ValueError(
-            f"results: no study results (a folder with {SETTINGS_FILE} and finished runs) below {directory}"
-            + (f"; {', '.join(unfinished)} holds records but no run record (a line with \"kind\": \"run\"): "
-               "an interrupted first unit, or records of another program or version" if unfinished else ""))
-    unknown = sorted({r.settings.get("study") for r in found} - STUDIES.keys(), key=str)
-    if unknown:
-        raise ValueError(f"results: {directory} holds results of unknown studies {unknown}; known: {sorted(STUDIES)}")
-    return sorted(found, key=lambda r: (STUDIES[r.settings["study"]].order, str(r.settings.get("dataset"))))
-
-
-def _has_records(directory: Path) -> bool:
-    records = directory / RECORDS_FILE
-    return records.is_file() and records.stat().st_size > 0
-
+from specbound.studies.records import REPORT_FOLDER, SETTINGS_FILE, StudyResults, find_results
 
 def _fitting(studies: list[StudyResults], what: str, build):
     """``build()``, with a record or setting the report needs and does not find turned into
@@ -126,9 +97,10 @@ def phase_table(studies: list[StudyResults]) -> tuple[list[str], list[list]]:
     return headers, rows
 
 
-def write_report(directory) -> Path:
+def write_report(directory, studies: list[StudyResults] | None = None) -> Path:
     """Write ``report.md``, ``report.html`` and the figures into ``<directory>/report/``;
-    return the Markdown file's path."""
+    return the Markdown file's path. ``studies``: what ``records.find_results`` found below
+    ``directory`` already (None: found here)."""
     root = Path(directory)
     output = root / REPORT_FOLDER
     figure_dir = output / "figures"
@@ -138,7 +110,7 @@ def write_report(directory) -> Path:
         if path.exists() and path.is_dir() != (wanted == "folder"):
             raise ValueError(f"results: {path} is a {'file' if wanted == 'folder' else 'folder'} where the report "
                              f"writes its {wanted}; move it away")
-    studies = find_results(root)
+    studies = find_results(root) if studies is None else studies
     figure_dir.mkdir(parents=True, exist_ok=True)
     title = "specbound study report"
     blocks = [

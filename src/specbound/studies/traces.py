@@ -35,7 +35,6 @@ from specbound.checks import positive_int
 from specbound.engine import Method, Processing, RunStats
 from specbound.engine.backends import backend_of
 from specbound.models.pair import ModelPair
-from specbound.studies.fields import INTEGER, MAPPING, NUMBER, TEXT, list_of, optional
 
 SCORING_DTYPE = torch.float32
 
@@ -156,12 +155,6 @@ def checked_generation_settings(temperatures, max_new_tokens, top_k, top_p) -> l
     for temperature in temperatures:
         Processing(temperature=temperature, top_k=top_k, top_p=top_p)
     return temperatures
-
-
-GENERATION_FIELDS = {"prompt_tokens": INTEGER, "tokens": list_of(INTEGER), "text": TEXT, "finish_reason": TEXT,
-                     "engine": MAPPING}  # what ``generation_summary`` gives a run record
-GENERATION_SETTINGS = {"temperatures": list_of(NUMBER), "max_new_tokens": INTEGER, "top_k": optional(INTEGER),
-                       "top_p": optional(NUMBER)}  # the settings ``checked_generation_settings`` checks
 
 
 def generation_summary(pair: ModelPair, trace: Trace) -> dict:
