@@ -106,6 +106,7 @@ BEFORE_TORCH = [  # (arguments, the option the one-line refusal names): values c
     (["study", "acceptance", "--limit", "0"], "--limit"),
     (["study", "bias", "--top-p", "2"], "--top-p"),
     (["study", "acceptance", "--ray", "bad"], "--ray"),
+    (["study", "bias", "--gamma", "5000"], "gamma"),  # over the engine's drafted tokens per call
     (["report", "{empty}"], "results"),
 ]
 BEFORE_TORCH_CODE = """

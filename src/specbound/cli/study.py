@@ -50,10 +50,13 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         import_ray()
         check_reachable(args.ray, "--ray")
+    from specbound.engine.methods import check_drafted  # numba and scipy, not torch
+
+    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
+        check_drafted("chain", gamma=args.gamma)
 
     import torch  # the studies and the engine, after every check of the options above
 
-    from specbound.engine.methods import check_drafted
     from specbound.models.pair import load_pair
     from specbound.studies import STUDIES
     from specbound.studies.distributed import RayWorkers
@@ -62,8 +65,6 @@ def run(args: argparse.Namespace) -> int:
 
     generation = {"temperatures": args.temperature, "max_new_tokens": args.max_new_tokens,
                   "top_k": args.top_k, "top_p": args.top_p}
-    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
-        check_drafted("chain", gamma=args.gamma)
     study = STUDIES[args.study].from_arguments(args, generation)  # checks the settings before any model loads
     backend = resolve_backend(args.backend, [args.target, args.draft])
     pair_spec = functools.partial(load_pair, args.target, args.draft, getattr(torch, args.dtype),
