@@ -22,6 +22,12 @@ history of earlier outputs across turns and conversations, as a server does acro
 - with ``--auto``: ``auto (suffix)``, the planner choosing among plain decoding, prompt
   lookup and suffix drafts on this machine's measured costs.
 
+**Paired** (``--paired``, instead of the above): the suffix tree decoder alone, and at every
+step it drafts, the exact expected tokens of that step, 1 + Σ_v p(path to v), for the tree
+and for the chain it holds (the chain decoder's drafts for the same context), from the
+target rows of the one call: the two verified on the same contexts, without the noise of
+sampling two different texts. Recorded as one JSON object (``drafting/suffix_paired.json``).
+
 **Figures.** Tokens per target call (prefill excluded) is the robust one: it does not depend
 on the load of the machine. Tokens/s is end to end (prefill included) and, where the
 machine is shared, noisy. Ratios are of totals over the conversations, with a standard
@@ -48,6 +54,9 @@ from benchmarks import record
 from specbound.datasets import load_prompts
 from specbound.engine import Processing, build_method
 from specbound.engine.assembly import assemble
+from specbound.engine.decode import Decoder
+from specbound.engine.methods import Levels
+from specbound.engine.suffix import SuffixDrafter, best_first, continuations
 from specbound.models.loading import gguf_file
 from specbound.models.pair import load_pair
 
@@ -106,6 +115,62 @@ def llama_runner(llama, temperature: float, stop_ids):
     return run
 
 
+class ChainBeside(SuffixDrafter):
+    """The suffix drafter, noting beside each tree the tokens of the chain of its depth that
+    the chain decoder would draft for the same context (``best_first`` puts it in the tree)."""
+
+    last_chain: list[int] = []
+
+    def draft_one(self, sources, context, method, depth, generator):
+        total, trie = continuations(sources, context, depth, self.max_match, self.min_match, self.max_occurrences)
+        chain = best_first(trie, total, Levels((1,) * depth), depth) if total and depth > 0 else []
+        self.last_chain = [token for _, token, _ in chain]
+        return super().draft_one(sources, context, method, depth, generator)
+
+
+def paired(pair, processing, conversations, args) -> dict:
+    """Per drafted step of the suffix tree decoder, the exact expected tokens of its tree and of
+    the chain inside it, on the same context (module docstring)."""
+    drafter = ChainBeside(pair.vocab_size)
+    decoder = Decoder(pair.backend.language_model(pair.target, None), drafter, processing, pair.eos_token_ids)
+    method = build_method("sparse", **SUFFIX_TREE)
+    steps = []
+
+    def observe(index, tree, target_rows):
+        rows = target_rows.double().numpy()
+        rows /= rows.sum(axis=1, keepdims=True)
+        reach = np.ones(len(tree))
+        for node in range(1, len(tree)):
+            reach[node] = reach[tree.parents[node]] * rows[tree.parents[node], tree.tokens[node]]
+        node, chain = 0, 0.0
+        for token in drafter.last_chain:
+            node = tree.children[node][token]  # KeyError: the tree does not hold the chain
+            chain += reach[node]
+        steps.append((conversation_index, 1.0 + reach[1:].sum(), 1.0 + chain))
+
+    units = 0
+    for conversation_index, conversation in enumerate(conversations):
+        answer = ""
+        for turn in range(args.turns):
+            prompt_ids = pair.encode(turn_prompt(conversation.text, answer, turn))
+            generation = decoder.generate(prompt_ids, method, args.max_new_tokens,
+                                          torch.Generator().manual_seed(args.seed + units), observer=observe)
+            answer = pair.decode(generation.tokens, skip_special_tokens=True)
+            units += 1
+    by_conversation = np.zeros((len(conversations), 2))  # [conversation, (tree, chain)] expected tokens summed
+    for index, tree, chain in steps:
+        by_conversation[index] += (tree, chain)
+    totals = by_conversation.sum(axis=0)
+    ratio = totals[0] / totals[1]
+    influence = by_conversation[:, 0] / totals[0] - by_conversation[:, 1] / totals[1]  # delta method, per conversation
+    clusters = len(conversations)
+    error = float(ratio * np.sqrt(clusters / (clusters - 1) * (influence ** 2).sum())) if clusters > 1 else float("nan")
+    return {"steps": len(steps), "tree_expected_tokens_per_step": by_conversation[:, 0].sum() / len(steps),
+            "chain_expected_tokens_per_step": by_conversation[:, 1].sum() / len(steps),
+            "ratio": ratio, "standard_error": error, "by_conversation": by_conversation.tolist(),
+            "conversations": [conversation.id for conversation in conversations]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="default-target")
@@ -116,6 +181,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every decoder")
     parser.add_argument("--auto", action="store_true", help="add the planner choosing among them")
+    parser.add_argument("--paired", action="store_true", help="only the paired exact tree/chain comparison")
     record.add_output(parser, "drafting/suffix.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -124,6 +190,15 @@ def main() -> int:
 
     pair = load_pair(args.target, None, backend="llama.cpp", progress=False, threads=args.threads)
     processing = Processing(args.temperature, vocab_size=pair.vocab_size)
+    if args.paired:  # the answers quoted are the tree decoder's own: the same contexts for both
+        result = paired(pair, processing, load_prompts("edit", limit=args.limit), args)
+        print(f"{result['steps']} drafted steps, expected tokens per call: tree "
+              f"{result['tree_expected_tokens_per_step']:.3f}, chain {result['chain_expected_tokens_per_step']:.3f}, "
+              f"ratio {result['ratio']:.3f} ± {result['standard_error']:.3f}")
+        record.write(args.output if args.output.suffix == ".json" else args.output.with_name("suffix_paired.json"),
+                     {**result, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+                      "turns": args.turns, "suffix_tree": SUFFIX_TREE})
+        return 0
     target_path, _ = gguf_file(args.target, progress=False)
     llama = Llama(str(target_path), draft_model=LlamaPromptLookupDecoding(), n_ctx=CONTEXT, n_batch=512,
                   n_threads=args.threads, n_threads_batch=args.threads, flash_attn=True, verbose=False,
