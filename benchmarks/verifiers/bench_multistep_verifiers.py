@@ -2,7 +2,7 @@
 
 Block verification of a chain of γ = 8 drafts (``verify_tree`` and ``expected_accepted``)
 and traversal verification of a 3×3 tree drawn without replacement (13 nodes, 12 draws:
-``DraftedTree`` from trusted rows, ``verify_tree`` and ``stop_probabilities``) are both
+``ScoredTree`` from trusted rows, ``verify_tree`` and ``stop_probabilities``) are both
 O(draws·V), vectorised over the vocabulary. This times each at V = 151,936 and at its
 halves (the median of ``--repeats``) and prints the seconds per million (node, token)
 entries, which stays about level when the cost is linear in V. Writes the timings and the
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from benchmarks import record
-from specbound.verifiers import DraftedTree, get_verifier
+from specbound.verifiers import ScoredTree, get_verifier
 
 GAMMA = 8
 TREE_PARENTS = [-1, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # 3×3: the root, 3 children, 3 each below them
@@ -30,7 +30,7 @@ def block_case(vocab: int, rng: np.random.Generator):
     """A chain of γ drafts, each from a draft row half the target's; the work to time."""
     target = rng.dirichlet(np.full(vocab, 0.05), size=GAMMA + 1)
     draft = 0.5 * target[:GAMMA] + 0.5 * rng.dirichlet(np.full(vocab, 0.05), size=GAMMA)
-    tree = DraftedTree.chain(0, [int(rng.choice(vocab, p=row)) for row in draft], target, draft)
+    tree = ScoredTree.chain(0, [int(rng.choice(vocab, p=row)) for row in draft], target, draft)
     block = get_verifier("block")
     uniforms = rng.random(GAMMA + 1)
     return lambda: (block.verify_tree(tree, uniforms), block.expected_accepted(tree))
@@ -46,7 +46,7 @@ def traversal_case(vocab: int, rng: np.random.Generator):
     uniforms = rng.random(len(TREE_PARENTS))
 
     def run():
-        tree = DraftedTree(TREE_PARENTS, tokens, children, "without_replacement", draft, target, check_rows=False)
+        tree = ScoredTree(TREE_PARENTS, tokens, children, "without_replacement", draft, target, check_rows=False)
         return traversal.verify_tree(tree, uniforms), traversal.stop_probabilities(tree)
 
     return run

@@ -259,4 +259,4 @@ def test_the_observer_and_the_recorded_expectations_see_one_step_and_change_no_t
     assert [index for index, _, _ in seen] == [0] * len(seen)
     for (_, tree, rows), expected in zip(seen, watched.stats.expected_lengths):
         assert rows.shape == (len(tree), VOCAB)
-        assert expected == method.expected_accepted(tree.drafted(rows))
+        assert expected == method.expected_accepted(tree.scored(rows))

@@ -145,7 +145,7 @@ def drafted_steps(target_model, name, seeds):
     steps = []
 
     def observe(index, tree, target_rows):
-        steps.append((method.expected_accepted(tree.drafted(target_rows)), path_probabilities(tree, target_rows).sum(),
+        steps.append((method.expected_accepted(tree.scored(target_rows)), path_probabilities(tree, target_rows).sum(),
                       any(len(drafts) > 1 for drafts in tree.draft_tokens.values())))
 
     decoder = suffix_decoder(CausalLM(target_model), history_of(likely_outputs(target_model)))

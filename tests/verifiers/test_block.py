@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specbound.probability import ZeroResidualError
-from specbound.verifiers import DraftedTree, get_verifier
+from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.block import block_terms
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import emit_from, tokenwise_expected_accepted
@@ -20,8 +20,8 @@ BLOCK = get_verifier("block")
 SINGLE = get_verifier("single")
 
 
-def chain(target_rows, draft_rows, drafts) -> DraftedTree:
-    return DraftedTree.chain(0, drafts, np.array(target_rows, dtype=float), np.array(draft_rows, dtype=float))
+def chain(target_rows, draft_rows, drafts) -> ScoredTree:
+    return ScoredTree.chain(0, drafts, np.array(target_rows, dtype=float), np.array(draft_rows, dtype=float))
 
 
 def test_two_token_example_block_keeps_eleven_ninths():
@@ -135,7 +135,7 @@ def test_block_runs_at_a_real_vocabulary():
     target = rng.dirichlet(np.full(vocab, 0.05), size=gamma + 1)
     draft = 0.5 * target[:gamma] + 0.5 * rng.dirichlet(np.full(vocab, 0.05), size=gamma)
     drafts = [int(rng.choice(vocab, p=row)) for row in draft]
-    tree = DraftedTree.chain(0, drafts, target, draft)
+    tree = ScoredTree.chain(0, drafts, target, draft)
     verdict = BLOCK.verify_tree(tree, rng.random(gamma + 1))
     expected = BLOCK.expected_accepted(tree)
     assert 0 <= verdict.node <= gamma and 0 <= verdict.next_token < vocab and 0 <= expected <= gamma

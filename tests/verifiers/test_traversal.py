@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specbound.verifiers import DraftedTree, get_verifier
+from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
 from verifiers.tree_fixtures import (
@@ -85,7 +85,7 @@ def test_traversal_runs_at_a_real_vocabulary():
     tokens = [0, *(token for v in range(4) for token in draft_tokens[v])]
     target = rng.dirichlet(np.full(vocab, 0.05), size=13)
     draft = np.full((13, vocab), 1.0 / vocab)  # uniform drafts: every draw has q > 0
-    tree = DraftedTree(parents, tokens, draft_tokens, "without_replacement", draft, target, check_rows=False)
+    tree = ScoredTree(parents, tokens, draft_tokens, "without_replacement", draft, target, check_rows=False)
     verdict = TRAVERSAL.verify_tree(tree, rng.random(tree.num_nodes))
     stopped = TRAVERSAL.stop_probabilities(tree)
     assert 0 <= verdict.node < tree.num_nodes and 0 <= verdict.next_token < vocab

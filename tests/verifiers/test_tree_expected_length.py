@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from specbound.experiments.bounds import lossless_verifiers
-from specbound.verifiers import VERIFIERS, DraftedTree, get_verifier
+from specbound.verifiers import VERIFIERS, ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
-from specbound.verifiers.tree import drafted_tree, tokenwise_expected_accepted, tokenwise_outcome_law
+from specbound.verifiers.tree import scored_tree, tokenwise_expected_accepted, tokenwise_outcome_law
 from verifiers.tree_fixtures import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )
@@ -22,13 +22,13 @@ DRAFT = np.array([0.2, 0.3, 0.5])
 DRAFTERS = {**CHAINS, **TREES}
 
 
-def small_tree(**changes) -> DraftedTree:
+def small_tree(**changes) -> ScoredTree:
     """The root draws (2, 0, 2): children 2 and 0; the child 2 draws (1,)."""
     fields = dict(parents=(-1, 0, 0, 1), tokens=(0, 2, 0, 1), draft_tokens={0: (2, 0, 2), 1: (1,)},
                   draft_scheme="with_replacement", draft_probs=np.vstack([DRAFT, DRAFT, np.zeros(3), np.zeros(3)]),
                   target_probs=np.tile(TARGET, (4, 1)))
     fields.update(changes)
-    return DraftedTree(**fields)
+    return ScoredTree(**fields)
 
 
 # -- the drafted tree ----------------------------------------------------------------------
@@ -43,7 +43,7 @@ def test_drafted_tree_structure():
 
 
 def test_chain_constructor_numbers_nodes_by_depth():
-    chain = DraftedTree.chain(1, [0, 2], np.tile(TARGET, (3, 1)), np.tile(DRAFT, (2, 1)))
+    chain = ScoredTree.chain(1, [0, 2], np.tile(TARGET, (3, 1)), np.tile(DRAFT, (2, 1)))
     assert chain.is_chain and chain.parents == (-1, 0, 1) and chain.tokens == (1, 0, 2)
     assert dict(chain.draft_tokens) == {0: (0,), 1: (2,)} and chain.depths.tolist() == [0, 1, 2]
 
@@ -87,7 +87,7 @@ def test_trusted_rows_are_kept_without_a_copy_and_the_structure_is_still_checked
 def test_drafted_tree_from_the_engines_arrays_is_the_checked_tree():
     """float32 torch rows and token tensors per internal node, as the engine holds them."""
     tree = small_tree()
-    engine_tree = drafted_tree(
+    engine_tree = scored_tree(
         parents=list(tree.parents), tokens=list(tree.tokens),
         draft_tokens={v: torch.tensor(draws) for v, draws in tree.draft_tokens.items()},
         draft_scheme="with_replacement",
@@ -272,5 +272,5 @@ def test_tree_verifiers_are_registered_beside_the_per_node_ones(name):
         verifier.acceptance_rate(TARGET, DRAFT, 1)
     with pytest.raises(ValueError, match="multi-step optimum"):
         verifier.optimum(TARGET, DRAFT, 1)
-    with pytest.raises(ValueError, match="DraftedTree"):
+    with pytest.raises(ValueError, match="ScoredTree"):
         verifier.expected_accepted("not a tree")

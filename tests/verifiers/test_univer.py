@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specbound.verifiers import DraftedTree, get_verifier
+from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from verifiers.tree_fixtures import CHAINS, DERANDOMIZED, TREES, lossless_error, random_model
 
@@ -80,7 +80,7 @@ def test_univer_runs_at_a_real_vocabulary():
         parents += [child, child]
         tokens += list(draws)
     target = 0.5 * draft + 0.5 * rng.dirichlet(np.full(vocab, 0.05), size=10)
-    tree = DraftedTree(parents, tokens, draft_tokens, "with_replacement", draft, target, check_rows=False)
+    tree = ScoredTree(parents, tokens, draft_tokens, "with_replacement", draft, target, check_rows=False)
     verdict = UNIVER.verify_tree(tree, rng.random(tree.num_nodes))
     stopped = UNIVER.stop_probabilities(tree)
     assert 0 <= verdict.node < tree.num_nodes and 0 <= verdict.next_token < vocab

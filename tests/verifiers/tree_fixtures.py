@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import SequenceLaws, TreeDrafter
-from specbound.verifiers.tree import DraftedTree
+from specbound.verifiers.tree import ScoredTree
 
 # derandomised whatever the profile: the same examples on every run
 DERANDOMIZED = settings(derandomize=True, database=None, max_examples=30, deadline=None)
@@ -63,7 +63,7 @@ def constant_model(row):
 TWO_TOKEN = TreeDrafter(constant_model([1 / 3, 2 / 3]), constant_model([2 / 3, 1 / 3]), (1, 1))
 
 
-def emitted_sequence_law(tree: DraftedTree, outcome_law: np.ndarray, targets: SequenceLaws, length: int):
+def emitted_sequence_law(tree: ScoredTree, outcome_law: np.ndarray, targets: SequenceLaws, length: int):
     """Law ``[vocab] * length`` of (accepted path, next token) continued by the target.
     # outcome_law [nodes, vocab]: P(last accepted node u, next token y | tree)"""
     law = np.zeros((tree.vocab_size,) * length)

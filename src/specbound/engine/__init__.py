@@ -22,7 +22,7 @@ as in SPEC.md):
 - *draft tree* (``tree.DraftTree``): one step's drafts for one sequence; node 0, the *root*,
   is the sequence's last committed token, every other node a drafted token; an *internal*
   node carries q and its drafts, a *leaf* none. With the target's rows p at its nodes it is
-  the *drafted tree* the verifiers read (``verifiers.tree.DraftedTree``).
+  the *scored tree* the verifiers read (``verifiers.tree.ScoredTree``, ``DraftTree.scored``).
 - *method* (``methods.Method``): a tree's *shape* (drafts per node by depth, ``Levels``, or
   against a node budget, ``Budget``), the draft scheme and verifier at each depth (or one
   verifier of the whole tree), and which drafter drafts; *schedule* (``methods.Schedule``):

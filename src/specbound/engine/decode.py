@@ -54,7 +54,7 @@ from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.processing import Processing, Sampling, sample_tokens
 from specbound.engine.stats import RunStats
 from specbound.engine.tree import DraftTree
-from specbound.verifiers.tree import DraftedTree, TreeVerifier
+from specbound.verifiers.tree import ScoredTree, TreeVerifier
 
 
 class Drafter(Protocol):
@@ -170,7 +170,7 @@ class RowStep:
     tree: DraftTree
     root_entry: int
     target_rows: torch.Tensor | None = None  # [nodes, vocab] p(·|node) of every node, once read
-    _drafted: DraftedTree | None = field(default=None, repr=False)
+    _scored: ScoredTree | None = field(default=None, repr=False)
 
     def entry(self, node: int) -> int:
         return self.root_entry + node
@@ -183,12 +183,12 @@ class RowStep:
     def has_drafts(self) -> bool:
         return len(self.tree) > 1
 
-    def drafted(self) -> DraftedTree:
-        """The step as the verifiers see it (``DraftTree.drafted``), made once from the
+    def scored(self) -> ScoredTree:
+        """The step as the verifiers see it (``DraftTree.scored``), made once from the
         target rows."""
-        if self._drafted is None:
-            self._drafted = self.tree.drafted(self.target_rows)
-        return self._drafted
+        if self._scored is None:
+            self._scored = self.tree.scored(self.target_rows)
+        return self._scored
 
 
 StepHook = Callable[[RowStep, Method], None]  # what a drafted step saw, before verification
@@ -377,7 +377,7 @@ class Decoder:
         tree, sequence = step.tree, step.sequence
         target_rows = self._read_target_rows(step, scores, stats)
         with stats.timed("verify"):
-            drafted = step.drafted()
+            drafted = step.scored()
             uniforms = torch.rand(verifier.num_uniforms(drafted), generator=sequence.generator, dtype=torch.float64,
                                   device=sequence.generator.device)
             node, token = verifier.verify_tree(drafted, uniforms.cpu().numpy())
@@ -533,7 +533,7 @@ class Batch:
         if self.observer is not None:
             self.observer(step.sequence.index, step.tree, step.target_rows)
         if self.record_expected:
-            step.sequence.stats.expected_lengths.append(method.expected_accepted(step.drafted()))
+            step.sequence.stats.expected_lengths.append(method.expected_accepted(step.scored()))
 
     def _models(self) -> list[LanguageModel]:
         return [self.decoder.target] + (self.decoder.drafter.language_models if self._drafts else [])

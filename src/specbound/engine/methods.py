@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from specbound.checks import finite_number, positive_int, within_limit
 from specbound.verifiers import Verifier, get_verifier
-from specbound.verifiers.tree import DraftedTree, TreeVerifier, tokenwise_expected_accepted
+from specbound.verifiers.tree import ScoredTree, TreeVerifier, tokenwise_expected_accepted
 
 if TYPE_CHECKING:
     import torch
@@ -180,7 +180,7 @@ class Method:
         (``Verifier.for_num_drafts``)."""
         return self.verifiers[depth].for_num_drafts(num_drafts)
 
-    def expected_accepted(self, drafted: DraftedTree) -> float:
+    def expected_accepted(self, drafted: ScoredTree) -> float:
         """Exact E[accepted drafts | the drafted tree] of this method's verification
         (SPEC.md §7.3): its whole-tree verifier's, or top-down with its verifier at each depth."""
         if self.tree_verifier is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specbound.verifiers.tree import DraftedTree, drafted_tree
+from specbound.verifiers.tree import ScoredTree, scored_tree
 
 
 @dataclass
@@ -68,12 +68,12 @@ class DraftTree:
                 self.ranks.append(rank)
         return new_children
 
-    def drafted(self, target_rows: torch.Tensor) -> DraftedTree:
-        """This step as the verifiers see it (``verifiers.tree.drafted_tree``), with the
+    def scored(self, target_rows: torch.Tensor) -> ScoredTree:
+        """This step as the verifiers see it (``verifiers.tree.scored_tree``), with the
         target rows of its nodes. Its draft scheme is that of the nodes with several draws
         (one draw is a draw from q under every scheme).  # target_rows [nodes, vocab]"""
         several = [self.schemes[node] for node, drafts in self.draft_tokens.items() if drafts.numel() > 1]
         scheme = several[0] if several else "with_replacement"
         draft_tokens = {node: drafts.cpu() for node, drafts in self.draft_tokens.items()}
         draft_rows = {node: probs.cpu() for node, probs in self.draft_probs.items()}
-        return drafted_tree(self.parents, self.tokens, draft_tokens, scheme, draft_rows, target_rows.cpu())
+        return scored_tree(self.parents, self.tokens, draft_tokens, scheme, draft_rows, target_rows.cpu())

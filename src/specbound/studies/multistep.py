@@ -257,7 +257,7 @@ class MultistepStudy(Study):
 
         def observe(index: int, tree, target_rows: torch.Tensor) -> None:  # target_rows [nodes, vocab]
             started = time.perf_counter()
-            drafted = tree.drafted(target_rows)
+            drafted = tree.scored(target_rows)
             observed.append((tree.tokens[0], tree.depth,
                              {key: expected_accepted(drafted, verifier) for key, verifier in verifiers.items()}))
             observing[0] += time.perf_counter() - started

@@ -5,7 +5,7 @@ registered name to its class: single, rrs, rrs_without_replacement (``rrs``), ks
 (``kseq``), greedy and spechub (``greedy``), optimal (``optimal``), decoding_opt and
 decoding_uno (``biased``, with the Pareto front of [YIN] §4), global_resolution
 (``global_resolution``, the optimal verifier of i.i.d. drafts at any size); then block, traversal and univer
-(``block``, ``traversal``, ``univer``), which decide on a whole drafted tree (``tree``: ``DraftedTree``,
+(``block``, ``traversal``, ``univer``), which decide on a whole drafted tree (``tree``: ``ScoredTree``,
 ``TreeVerifier``, ``per_node = False``; SPEC.md §7). ``enumeration`` holds the exact laws of
 a drafted step for small vocabularies (``TreeDrafter``, ``SequenceLaws``) and, on them, the
 multi-step optimum the tree verifiers are compared with (SPEC.md §7.4); it is not imported here.
@@ -15,7 +15,7 @@ from specbound.verifiers import rrs, kseq, greedy, optimal, biased  # noqa: F401
 from specbound.verifiers import global_resolution  # noqa: F401, I001  (registration, after optimal's kin)
 from specbound.verifiers import block, traversal, univer  # noqa: F401, I001  (registration, after the per-node ones)
 from specbound.verifiers.base import VERIFIERS, Verdict, Verifier, get_verifier, register_verifier
-from specbound.verifiers.tree import DraftedTree, TreeVerdict, TreeVerifier
+from specbound.verifiers.tree import ScoredTree, TreeVerdict, TreeVerifier
 
-__all__ = ["VERIFIERS", "DraftedTree", "TreeVerdict", "TreeVerifier", "Verdict", "Verifier", "get_verifier",
+__all__ = ["VERIFIERS", "ScoredTree", "TreeVerdict", "TreeVerifier", "Verdict", "Verifier", "get_verifier",
            "register_verifier"]

@@ -43,10 +43,10 @@ import numpy as np
 
 from specbound.probability import ZeroResidualError
 from specbound.verifiers.base import register_verifier
-from specbound.verifiers.tree import ROUNDOFF, DraftedTree, TreeVerdict, TreeVerifier, emit_from
+from specbound.verifiers.tree import ROUNDOFF, ScoredTree, TreeVerdict, TreeVerifier, emit_from
 
 
-def block_terms(tree: DraftedTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def block_terms(tree: ScoredTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weights w [γ+1], stop probabilities h [γ+1] (h_0 = 1) and residuals r [γ+1, vocab]
     of a chain; row γ of r is w_γ·p_γ, so h_i·norm(r_i) is the law of stopping at i with y."""
     gamma = tree.num_nodes - 1  # a chain's node i is its i-th draft

@@ -2,7 +2,7 @@
 (SPEC.md §7.3, §7.4).
 
 p = target, q = draft (SPEC.md §0). A ``TreeDrafter`` drafts a tree (``verifiers.tree.
-DraftedTree``) from model callables ``prefix -> [vocab]`` as the engine's drafters do: at a
+ScoredTree``) from model callables ``prefix -> [vocab]`` as the engine's drafters do: at a
 node with prefix h it makes n draws from q(·|h) under a draft scheme (SPEC.md §4.1), and each
 distinct token drawn is a child drafted given itself only (SPEC.md §6). Enumerated here:
 
@@ -31,7 +31,7 @@ from scipy import sparse
 from specbound.bounds import multistep
 from specbound.checks import within_limit
 from specbound.drafts import get_draft_scheme
-from specbound.verifiers.tree import DraftedTree
+from specbound.verifiers.tree import ScoredTree
 
 Prefix = tuple[int, ...]
 ProbsFn = Callable[[Prefix], np.ndarray]  # prefix -> [vocab]
@@ -92,7 +92,7 @@ class TreeDrafter:
         return get_draft_scheme(self.draft_scheme).effective_num_drafts(requested, support) if requested else 0
 
     # -- the exact law, and sampling -----------------------------------------------------
-    def enumerate(self, root_token: int) -> list[tuple[float, DraftedTree]]:
+    def enumerate(self, root_token: int) -> list[tuple[float, ScoredTree]]:
         """Every drafted tree of positive probability, with it (they sum to 1). Exponential in
         the tree's size: tests and the LPs of ``specbound.bounds.multistep`` only."""
         root = (int(root_token),)
@@ -118,7 +118,7 @@ class TreeDrafter:
             cache[prefix] = results
         return cache[prefix]
 
-    def sample(self, root_token: int, rng: np.random.Generator) -> DraftedTree:
+    def sample(self, root_token: int, rng: np.random.Generator) -> ScoredTree:
         """Draft one tree with the scheme's own sampler."""
         root = (int(root_token),)
         return self._build(self._sample_subtree(root, rng), root)
@@ -132,7 +132,7 @@ class TreeDrafter:
         children = tuple(self._sample_subtree(prefix + (token,), rng) for token in dict.fromkeys(draws))
         return (prefix[-1], draws, children)
 
-    def _build(self, subtree: _Subtree, root: Prefix) -> DraftedTree:
+    def _build(self, subtree: _Subtree, root: Prefix) -> ScoredTree:
         """Number a subtree in preorder and attach every node's conditionals."""
         parents, tokens, prefixes, draft_tokens = [], [], [], {}
 
@@ -149,7 +149,7 @@ class TreeDrafter:
 
         visit(subtree, -1, root)
         vocab = np.asarray(self.target_probs(root)).shape[0]
-        return DraftedTree(
+        return ScoredTree(
             parents=parents,
             tokens=tokens,
             draft_tokens=draft_tokens,
@@ -159,7 +159,7 @@ class TreeDrafter:
             target_probs=np.array([self.target_probs(h) for h in prefixes]),
         )
 
-    def expectation(self, root_token: int, statistic: Callable[[DraftedTree], float]) -> float:
+    def expectation(self, root_token: int, statistic: Callable[[ScoredTree], float]) -> float:
         """E over the drafted tree of ``statistic(tree)``, exactly (by enumeration)."""
         return float(sum(probability * statistic(tree) for probability, tree in self.enumerate(root_token)))
 

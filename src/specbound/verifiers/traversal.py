@@ -55,12 +55,12 @@ import numpy as np
 
 from specbound.probability import ZeroResidualError, normalize_mass
 from specbound.verifiers.base import register_verifier
-from specbound.verifiers.tree import ROUNDOFF, DraftedTree, TreeVerdict, TreeVerifier, emit_from
+from specbound.verifiers.tree import ROUNDOFF, ScoredTree, TreeVerdict, TreeVerifier, emit_from
 
 SEQUENTIAL_SCHEMES = ("with_replacement", "without_replacement")  # known laws Q_k of each draw
 
 
-def _draws(tree: DraftedTree, node: int):
+def _draws(tree: ScoredTree, node: int):
     """(Q_k [vocab], token, first time drawn) for the draws at ``node``, in draw order."""
     draft_row, draws = tree.draft_probs[node], tree.draft_tokens.get(node, ())
     unused = draft_row > 0

@@ -15,8 +15,8 @@ token y: a residual token, or the bonus token from p(·|u) when u is a leaf. Its
 law** is the exact law of (u, y) given the drafted tree; its **expected accepted length** is
 E[depth(u) | tree] = Σ_{v ≠ root} P(the accepted path reaches v) (SPEC.md §7.3).
 
-- ``DraftedTree``: the drafted step, checked; ``DraftedTree.chain`` for a chain,
-  ``drafted_tree`` for the engine's plain arrays;
+- ``ScoredTree``: the drafted step, checked; ``ScoredTree.chain`` for a chain,
+  ``scored_tree`` for the engine's plain arrays;
 - ``TreeVerifier``: the base class of the verifiers that decide on the whole drafted step
   (``block``, ``traversal``, ``univer``), registered in the one verifier registry with ``per_node = False``;
 - ``tokenwise_outcome_law``, ``tokenwise_expected_accepted``: top-down token-level
@@ -51,8 +51,9 @@ class TreeVerdict(NamedTuple):
 
 
 @dataclass(frozen=True, eq=False)
-class DraftedTree:
-    """One drafted step with the target and draft conditionals at its nodes (module docstring).
+class ScoredTree:
+    """One drafted step scored by the target call: the target and draft conditionals at its nodes
+    (module docstring).
 
     parents       [nodes] parents[0] = -1 and 0 ≤ parents[v] < v: parents precede children
     tokens        [nodes] the token of each node (tokens[0]: the last committed token)
@@ -133,7 +134,7 @@ class DraftedTree:
         object.__setattr__(self, "_depths", depths)
 
     @classmethod
-    def chain(cls, root_token: int, draft_tokens, target_probs, draft_probs) -> DraftedTree:
+    def chain(cls, root_token: int, draft_tokens, target_probs, draft_probs) -> ScoredTree:
         """The chain root → x_1 → … → x_γ (node i = x_i).
         # draft_tokens [γ]; target_probs [γ + 1, vocab], row i = p(·|root, x_1..x_i);
         # draft_probs [γ, vocab], row i = q(·|root, x_1..x_i), the law x_{i+1} was drawn from"""
@@ -212,8 +213,8 @@ class DraftedTree:
         return len(sequence)
 
 
-def drafted_tree(parents, tokens, draft_tokens, draft_scheme: str, draft_rows, target_rows) -> DraftedTree:
-    """The ``DraftedTree`` of one engine step, from plain arrays, cheaply (no value checks).
+def scored_tree(parents, tokens, draft_tokens, draft_scheme: str, draft_rows, target_rows) -> ScoredTree:
+    """The ``ScoredTree`` of one engine step, from plain arrays, cheaply (no value checks).
     # parents [nodes], tokens [nodes]; draft_tokens: internal node -> [n] ids, in draw order;
     # draft_rows: internal node -> [vocab]; target_rows [nodes, vocab]; any float dtype, CPU
 
@@ -228,7 +229,7 @@ def drafted_tree(parents, tokens, draft_tokens, draft_scheme: str, draft_rows, t
         row = np.asarray(row, dtype=np.float64)
         draft[int(node)] = row / row.sum()
     draws = {int(node): np.asarray(drawn).tolist() for node, drawn in draft_tokens.items()}
-    return DraftedTree(parents, tokens, draws, draft_scheme, draft, target, check_rows=False)
+    return ScoredTree(parents, tokens, draws, draft_scheme, draft, target, check_rows=False)
 
 
 def _trusted_rows(name: str, probs) -> np.ndarray:
@@ -257,7 +258,7 @@ class TreeVerifier(Verifier):
 
     per_node: ClassVar[bool] = False
 
-    def verify_tree(self, tree: DraftedTree, uniforms) -> TreeVerdict:
+    def verify_tree(self, tree: ScoredTree, uniforms) -> TreeVerdict:
         """Verify one drafted step with the given randomness.  # uniforms [tree.num_nodes]"""
         self._check_tree(tree)
         uniforms = np.asarray(uniforms, dtype=np.float64)
@@ -266,21 +267,21 @@ class TreeVerifier(Verifier):
                              f"got shape {uniforms.shape}")
         return self._verify_tree(tree, uniforms)
 
-    def outcome_law(self, tree: DraftedTree) -> np.ndarray:
+    def outcome_law(self, tree: ScoredTree) -> np.ndarray:
         """Exact P(last accepted node u, next token y | tree).  # -> [nodes, vocab]"""
         self._check_tree(tree)
         return self._outcome_law(tree)
 
-    def stop_probabilities(self, tree: DraftedTree) -> np.ndarray:
+    def stop_probabilities(self, tree: ScoredTree) -> np.ndarray:
         """Exact P(last accepted node = u | tree), without the [nodes, vocab] law.  # -> [nodes]"""
         self._check_tree(tree)
         return self._stop_probabilities(tree)
 
-    def num_uniforms(self, tree: DraftedTree) -> int:
+    def num_uniforms(self, tree: ScoredTree) -> int:
         """How many uniforms ``verify_tree`` takes for ``tree``: one per node."""
         return tree.num_nodes
 
-    def expected_accepted(self, tree: DraftedTree) -> float:
+    def expected_accepted(self, tree: ScoredTree) -> float:
         """Exact E[accepted drafts | tree] = Σ_u depth(u)·P(last accepted node = u)."""
         stopped = self.stop_probabilities(tree)
         return float(tree.depths @ stopped)
@@ -288,24 +289,24 @@ class TreeVerifier(Verifier):
     # -- the single-step API does not apply ---------------------------------------------
     def _check(self, target_probs, draft_probs, draft_tokens=None, num_drafts=None):
         raise ValueError(f"verifier: {self.name!r} decides on a whole drafted tree; "
-                         "call verify_tree / outcome_law / expected_accepted with a DraftedTree")
+                         "call verify_tree / outcome_law / expected_accepted with a ScoredTree")
 
     def optimum(self, target_probs, draft_probs, num_drafts: int):
         raise ValueError(f"verifier: {self.name!r} is compared with the multi-step optimum "
                          "(enumeration.TreeDrafter.lossless_verifier_optimum), not a one-step α*")
 
     # -- per subclass ---------------------------------------------------------------------
-    def _check_tree(self, tree: DraftedTree) -> None:
-        if not isinstance(tree, DraftedTree):
-            raise ValueError(f"tree: expected a DraftedTree, got {type(tree).__name__}")
+    def _check_tree(self, tree: ScoredTree) -> None:
+        if not isinstance(tree, ScoredTree):
+            raise ValueError(f"tree: expected a ScoredTree, got {type(tree).__name__}")
 
-    def _verify_tree(self, tree: DraftedTree, uniforms: np.ndarray) -> TreeVerdict:
+    def _verify_tree(self, tree: ScoredTree, uniforms: np.ndarray) -> TreeVerdict:
         raise NotImplementedError
 
-    def _outcome_law(self, tree: DraftedTree) -> np.ndarray:
+    def _outcome_law(self, tree: ScoredTree) -> np.ndarray:
         raise NotImplementedError
 
-    def _stop_probabilities(self, tree: DraftedTree) -> np.ndarray:
+    def _stop_probabilities(self, tree: ScoredTree) -> np.ndarray:
         return self._outcome_law(tree).sum(axis=1)
 
 
@@ -318,7 +319,7 @@ def emit_from(weights: np.ndarray, uniform: float) -> int:
 NodeVerifiers = Union[Verifier, Callable[[int, int], Verifier]]  # one verifier, or (depth, num_drafts) -> verifier
 
 
-def _tokenwise_walk(tree: DraftedTree, verifiers: NodeVerifiers) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+def _tokenwise_walk(tree: ScoredTree, verifiers: NodeVerifiers) -> tuple[np.ndarray, dict[int, np.ndarray]]:
     """P(the walk reaches v) per node, and the output law π(·|draws at v) per internal node.
     A node's verifier is ``verifiers.for_num_drafts(its number of draws)`` (SPEC.md §6), or
     ``verifiers(depth, number of draws)`` — a method's verifier per depth, e.g. batch SD's
@@ -345,7 +346,7 @@ def _tokenwise_walk(tree: DraftedTree, verifiers: NodeVerifiers) -> tuple[np.nda
     return reach, laws
 
 
-def tokenwise_outcome_law(tree: DraftedTree, verifier: NodeVerifiers) -> np.ndarray:
+def tokenwise_outcome_law(tree: ScoredTree, verifier: NodeVerifiers) -> np.ndarray:
     """Exact P(last accepted node u, next token y | tree) of token-level verification.
     # -> [nodes, vocab]
 
@@ -361,7 +362,7 @@ def tokenwise_outcome_law(tree: DraftedTree, verifier: NodeVerifiers) -> np.ndar
     return law
 
 
-def tokenwise_expected_accepted(tree: DraftedTree, verifier: NodeVerifiers) -> float:
+def tokenwise_expected_accepted(tree: ScoredTree, verifier: NodeVerifiers) -> float:
     """Exact E[accepted drafts | tree] of token-level verification with ``verifier`` at every
     node (or ``verifier(depth, num_drafts)``): Σ_{v ≠ root} reach(v), with reach(root) = 1 and
     reach(child c of v) = reach(v)·π(token of c | draws at v).

@@ -36,14 +36,14 @@ import numpy as np
 
 from specbound.verifiers.base import get_verifier, register_verifier
 from specbound.verifiers.traversal import Traversal
-from specbound.verifiers.tree import DraftedTree, TreeVerdict, TreeVerifier, emit_from
+from specbound.verifiers.tree import ScoredTree, TreeVerdict, TreeVerifier, emit_from
 
 # the one-step plan at a node, by the tree's draft scheme: the best lossless verifier of each
 PLANS = {"with_replacement": "global_resolution", "without_replacement": "rrs_without_replacement",
          "greedy": "greedy", "spechub": "spechub"}
 
 
-def node_plan(tree: DraftedTree, node: int, stake: float) -> np.ndarray:
+def node_plan(tree: ScoredTree, node: int, stake: float) -> np.ndarray:
     """π(·|draws at ``node``) of its plan for the target stake·p(·|node) beside the fail
     token ⊥, which is entry V.  # -> [vocab + 1]"""
     draws = tree.draft_tokens[node]
@@ -54,7 +54,7 @@ def node_plan(tree: DraftedTree, node: int, stake: float) -> np.ndarray:
     return verifier.output_law(target[None], draft[None], np.array([draws]))[0]
 
 
-def _children(tree: DraftedTree, node: int, plan: np.ndarray):
+def _children(tree: ScoredTree, node: int, plan: np.ndarray):
     """(child, its stake) in draw order, the plan's mass on the tokens that are no child, and
     the plan's total mass on the children.  # -> list, [vocab], float"""
     tried, entered = [], 0.0
