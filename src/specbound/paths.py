@@ -2,7 +2,7 @@
 
 ``$SPECBOUND_CACHE``, else ``$XDG_CACHE_HOME/specbound``, else ``~/.cache/specbound``. Below
 it: ``gguf/`` (the embedded models, ``models.gguf``), ``numba/`` (compiled loops,
-``compiled``), ``costs.json`` (measured forward costs, ``engine.costs``), the quantised copies
+``compiled``), ``costs.json`` (measured forward costs, ``engine.cost_book``), the quantised copies
 (``engine.backends.quantize``) and the llama.cpp AMX probe's verdicts.
 """
 
