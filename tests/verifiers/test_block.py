@@ -129,7 +129,7 @@ def test_block_verify_agrees_with_its_law_by_monte_carlo():
 
 def test_block_runs_at_a_real_vocabulary():
     """γ = 8 at V = 151,936. A decision costs O(γ·V), measured by
-    ``benchmarks/bench_multistep_verifiers.py``."""
+    ``benchmarks/verifiers/bench_multistep_verifiers.py``."""
     rng = np.random.default_rng(0)
     gamma, vocab = 8, 151_936
     target = rng.dirichlet(np.full(vocab, 0.05), size=gamma + 1)

@@ -77,7 +77,7 @@ def test_uniforms_and_draft_schemes_are_checked():
 def test_traversal_runs_at_a_real_vocabulary():
     """A 3×3 tree without replacement (13 nodes, 12 draws) at V = 151,936, built from the
     engine's trusted rows and verified. Its cost, O(draws·V), is measured by
-    ``benchmarks/bench_multistep_verifiers.py``."""
+    ``benchmarks/verifiers/bench_multistep_verifiers.py``."""
     rng = np.random.default_rng(1)
     vocab = 151_936
     draft_tokens = {v: tuple(rng.choice(vocab, size=3, replace=False).tolist()) for v in range(4)}
