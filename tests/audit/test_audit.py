@@ -100,7 +100,8 @@ def test_positions_after_an_early_end_are_fresh_uniforms_and_raise_detectable_tv
     (lambda prompt, length, seed: [99], "sampler: sample 0 returned token id 99, outside the reference's vocabulary"),
     (lambda prompt, length, seed: [-1], "outside the reference's vocabulary"),
     (lambda prompt, length, seed: "3 4", "sampler: sample 0 returned str, not a list of token ids"),
-    (lambda prompt, length, seed: [1.5], "not a list of token ids"),
+    (lambda prompt, length, seed: [1.5], "returned a list holding float, not a list of token ids"),
+    (lambda prompt, length, seed: [1, "2"], "returned a list holding str"),
     (lambda prompt, length, seed: [1] * (length + 1), "more than max_new_tokens"),
 ])
 def test_a_bad_sampler_is_refused_naming_it(bigram, sampler, message):

@@ -364,6 +364,15 @@ def _token_ids(values) -> list[int] | None:
     return ids
 
 
+def _described(output) -> str:
+    """What a sampler returned instead of token ids: its type, and for a sequence the type of
+    the first item that is no integer."""
+    if isinstance(output, (str, bytes)) or not hasattr(output, "__iter__"):
+        return type(output).__name__
+    odd = next((item for item in output if isinstance(item, bool) or not isinstance(item, (int, np.integer))), None)
+    return f"a {type(output).__name__} holding {type(odd).__name__}"
+
+
 def _sampled(sampler, prompt: list[int], max_new_tokens: int, seed: int, vocab: int, index: int) -> list[int]:
     """The sampler's tokens for one sample, checked (ValueError naming ``sampler``)."""
     try:
@@ -372,7 +381,7 @@ def _sampled(sampler, prompt: list[int], max_new_tokens: int, seed: int, vocab: 
         raise ValueError(f"sampler: raised {type(error).__name__} on sample {index} (seed {seed}): {error}") from error
     tokens = _token_ids(output)
     if tokens is None:
-        raise ValueError(f"sampler: sample {index} returned {type(output).__name__}, not a list of token ids")
+        raise ValueError(f"sampler: sample {index} returned {_described(output)}, not a list of token ids")
     if len(tokens) > max_new_tokens:
         raise ValueError(f"sampler: sample {index} returned {len(tokens)} tokens, more than max_new_tokens "
                          f"({max_new_tokens})")
