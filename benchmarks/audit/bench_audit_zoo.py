@@ -228,7 +228,8 @@ def case_summary(case: str, figures: dict, calibration: dict, args) -> dict:
     best = min((value for value in needed.values() if value is not None), default=None)
     samples = None if best is None else math.ceil(best / args.max_new_tokens)
     entry = {"case": case, "instance": CASES[case][0], "lossless": CASES[case][1],
-             "tv_mean": float(figures["tv"].mean()), "tv_max": float(figures["tv"].max()), "shift_mean": shift, "sharpening": drift / variance,
+             "tv_mean": float(figures["tv"].mean()), "tv_max": float(figures["tv"].max()), "shift_mean": shift,
+             "sharpening": drift / variance,
              "positions_needed": needed, "samples_needed": samples,
              "minutes_needed": None if samples is None else samples * calibration["seconds_per_sample"] / 60}
     print(json.dumps(entry), file=sys.stderr)
