@@ -1,17 +1,11 @@
 """Shared pytest fixtures."""
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import settings
-
-# The engine's tiny models are one module under one name, ``engine_fixtures``, in every test
-# folder (the studies, command-line and quantisation tests use them too), as it is in
-# tests/engine, whose folder pytest puts on the path for its own test modules.
-sys.path.insert(0, str(Path(__file__).parent / "engine"))
 
 # Property-based tests are deterministic in CI: derandomised, a fixed number of examples,
 # no per-example deadline (the first example pays for imports and torch warm-up).
@@ -32,6 +26,7 @@ LONGEST_GROUPS = (
     "studies/test_crash_consistency.py",
     "bounds/test_optimal_acceptance.py",
     "verifiers/test_verifier_properties.py",
+    "audit/test_audit_zoo.py",
 )
 
 

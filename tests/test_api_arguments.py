@@ -7,7 +7,7 @@ import torch
 
 import specbound
 from specbound.engine.processing import Processing, Sampling
-from studies.study_fixtures import tiny_pair
+from specbound.models.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ quantised once into the cache, as the draft's copies are."""
 import pytest
 import torch
 
-from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
+from support.models import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.api import Speculator
 from specbound.engine.backends.torch_quantize import Int8Linear
 from specbound.engine.precisions import AS_LOADED, PRECISIONS

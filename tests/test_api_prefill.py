@@ -5,7 +5,7 @@ progress bar per model on standard error, or silently without ``progress``."""
 
 import pytest
 
-from engine_fixtures import EOS, VOCAB, noisy_copy, tiny_model
+from support.models import EOS, VOCAB, noisy_copy, tiny_model
 from specbound.api import Speculator
 from specbound.engine.backends import PREFILL_CHUNK
 from specbound.models.pair import ModelPair

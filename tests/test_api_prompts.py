@@ -6,7 +6,7 @@ import pytest
 
 import specbound
 from specbound.models.chat import encode_prompt
-from studies.study_fixtures import tiny_pair
+from specbound.models.tiny import tiny_pair
 
 NOT_TEXT = "hi \udcff"
 

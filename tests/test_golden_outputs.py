@@ -1,5 +1,5 @@
 """Nothing the reorganisation moved changed a number: the command line, the engine and the
-studies reproduce the outputs recorded before it (``tests/golden/outputs.py``, run on the
+studies reproduce the outputs recorded before it (``tests/support/golden.py``, run on the
 code before the move).
 
 Token ids, counts, names and reasons must be identical; floats must agree to 1e-12 (a
@@ -41,7 +41,7 @@ import math
 
 import pytest
 
-from golden.outputs import GOLDEN_FILE, command_outputs, engine_outputs, study_outputs
+from support.golden import GOLDEN_FILE, command_outputs, engine_outputs, study_outputs
 
 FLOAT_TOLERANCE = 1e-12
 STUDY_TOLERANCE = 1e-7

@@ -46,7 +46,7 @@ def toy_verifier():
 
 
 def test_a_registered_verifier_is_in_accept_the_engine_the_study_and_the_report(toy_verifier, tmp_path, capsys):
-    from studies.study_fixtures import tiny_pair, tiny_prompts
+    from specbound.models.tiny import tiny_pair, tiny_prompts
 
     target, draft = [0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4]
     assert main(["accept", "--target", ",".join(map(str, target)), "--draft", ",".join(map(str, draft)),

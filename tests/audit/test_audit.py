@@ -1,7 +1,7 @@
 """``audit``: correct speculative samplers pass, the two bug families of issue 42 fail (fixed
 seeds), our engine passes on tiny models on both backends, bad input is refused naming it.
 
-The bug families run on bigram tables (``audit_fixtures``: exact rows, thousands of samples
+The bug families run on bigram tables (``support.audit``: exact rows, thousands of samples
 in a second); our engine runs on the engine tests' tiny transformers models."""
 
 import math
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from audit_fixtures import (TableModel, TableReference, bigram_pair, chain_sampler, draw, exact_sampler, laws, prompts,
+from support.audit import (TableModel, TableReference, bigram_pair, chain_sampler, draw, exact_sampler, laws, prompts,
                             shifted_sampler)
-from engine_fixtures import EOS, noisy_copy, tiny_model
+from support.models import EOS, noisy_copy, tiny_model
 from specbound.audit import audit
 from specbound.audit.reference import Reference
 from specbound.audit.samplers import engine_sampler
@@ -158,7 +158,7 @@ def test_our_engine_passes_on_torch(tiny_models, method, options):
 
 def test_our_engine_passes_on_llama_cpp_against_a_gguf_file_without_tokenizer(tiny_models, tmp_path):
     pytest.importorskip("llama_cpp")
-    from gguf_fixtures import write_gguf
+    from specbound.models.tiny import write_gguf
     from specbound.engine.backends.llamacpp import LlamaCppLM, LlamaCppModel
 
     target, draft = tiny_models

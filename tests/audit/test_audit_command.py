@@ -14,8 +14,8 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from audit_fixtures import Endpoint
-from engine_fixtures import noisy_copy, tiny_model
+from support.audit import Endpoint
+from support.models import noisy_copy, tiny_model
 from specbound.cli import main
 from specbound.engine import CausalLM, Decoder, Processing, build_method
 from specbound.engine.drafters import ModelDrafter

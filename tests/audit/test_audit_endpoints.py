@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from audit_fixtures import Endpoint
+from support.audit import Endpoint
 from specbound.audit.samplers import endpoint_address, endpoint_sampler, probe_endpoint
 
 EOS = 9

@@ -3,7 +3,7 @@ generation and llama-cpp-python's prompt-lookup and draft-model modes pass the a
 
 import pytest
 
-from engine_fixtures import EOS, noisy_copy, tiny_model
+from support.models import EOS, noisy_copy, tiny_model
 from specbound.audit import audit
 from specbound.audit.samplers import ModelDraft, llama_cpp_sampler, transformers_sampler
 
@@ -47,7 +47,7 @@ def test_transformers_fails_when_its_candidate_q_is_not_the_law_drafted_from(tin
 @pytest.fixture(scope="module")
 def gguf_files(tiny_models, tmp_path_factory):
     pytest.importorskip("llama_cpp")
-    from gguf_fixtures import write_gguf
+    from specbound.models.tiny import write_gguf
 
     folder = tmp_path_factory.mktemp("gguf")
     return [str(write_gguf(model, folder / f"{name}.gguf")) for name, model in zip(("target", "draft"), tiny_models)]

@@ -12,7 +12,7 @@ from specbound.bounds import multistep
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
-from verifiers.tree_fixtures import (
+from support.trees import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, probability_rows, random_model,
 )
 

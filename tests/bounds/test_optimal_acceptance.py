@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
+from support.instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
 from specbound.bounds.race import RACE_ACCURACY, _windows, race_all_in_mass
 from specbound.bounds.subset import prefix_sums, restricted_order

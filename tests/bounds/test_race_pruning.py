@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_cases import EXACT_KINDS, distribution_pairs
+from support.edge_cases import EXACT_KINDS, distribution_pairs
 from specbound.bounds import prefix_scan_optimum, race
 from specbound.bounds.race import RACE_ACCURACY, race_all_in_mass, race_mass_bounds
 from specbound.bounds.rows import RowPairs

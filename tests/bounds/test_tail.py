@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_cases import distribution_pairs
+from support.edge_cases import distribution_pairs
 from specbound.bounds.rows import RowPairs
 from specbound.bounds.subset import scan_order
 from specbound.bounds.tail import cut_tail, cut_tails, scan_guesses, tail_factor

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cli_fixtures import ModelWouldLoad
+from support.cli import ModelWouldLoad
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ status but 0 and 2, no time beyond the bound.
 
 ``run``, ``generate``, ``serve`` and ``study`` must check their values before any model
 loads: the two ways a pair loads (``models.loading.load_model``, llama.cpp's
-``models.loading.gguf_file``) are replaced by stubs that raise ``cli_fixtures.ModelWouldLoad``
+``models.loading.gguf_file``) are replaced by stubs that raise ``support.cli.ModelWouldLoad``
 (``conftest.no_model_loads``), and reaching one counts as "accepted" (no model is ever loaded
 here, and no server listens).
 Their --target/--draft name models, which only loading can check; they are not fuzzed.
@@ -43,7 +43,7 @@ import time
 
 import pytest
 
-from cli_fixtures import ModelWouldLoad
+from support.cli import ModelWouldLoad
 from specbound.cli import build_parser, main
 
 FUZZ_SECONDS = 10.0  # an accepted call at the small base settings below, or any refusal

@@ -10,7 +10,7 @@ import torch
 from specbound.cli import main
 from specbound.studies.acceptance import AcceptanceStudy
 from specbound.studies.runner import run_study
-from studies.study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from engine_fixtures import noisy_copy, tiny_model
+from support.models import noisy_copy, tiny_model
 from specbound.cli import main
 
 WORDS = ["<eos>", "a", "b", "c", "d", "<|endoftext|>"]  # Qwen2Tokenizer adds the last if missing

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from instances import random_pair
+from support.instances import random_pair
 from specbound.drafts import DRAFT_SCHEMES, get_draft_scheme
 from specbound.drafts.greedy import greedy_optimum, restricted_draft
 from specbound.probability import top_tokens

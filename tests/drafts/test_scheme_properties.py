@@ -12,7 +12,7 @@ import torch
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from edge_cases import distribution_pairs
+from support.edge_cases import distribution_pairs
 from specbound.drafts import DRAFT_SCHEMES, get_draft_scheme
 from specbound.probability import as_target_and_draft
 

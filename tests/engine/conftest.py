@@ -1,8 +1,8 @@
-"""Engine test fixtures: tiny models (see ``engine_fixtures``)."""
+"""Engine test fixtures: tiny models (see ``support.models``)."""
 
 import pytest
 
-from engine_fixtures import noisy_copy, tiny_model
+from support.models import noisy_copy, tiny_model
 
 
 @pytest.fixture(scope="session")

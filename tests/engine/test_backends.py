@@ -11,7 +11,7 @@ import typing
 import pytest
 import torch
 
-from engine_fixtures import EOS, VOCAB
+from support.models import EOS, VOCAB
 from specbound.engine import Processing, Sampling, build_method
 from specbound.engine.assembly import assemble
 from specbound.engine.backends import BACKENDS, CHOICES, Backend, BaseLM, backend_of, get_backend

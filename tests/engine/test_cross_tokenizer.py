@@ -3,7 +3,7 @@
 Two tiny byte-level BPE tokenizers built in memory: the target's (6 tokens, EOS ``<eos>``) and
 the draft's (7 tokens, EOS ``<|end|>``). They share ``a``, ``b``, ``c`` and EOS; the target's
 ``ab`` and ``ba`` and the draft's ``ca``, ``d``, ``bb`` are their own, so p(S) < 1. The models
-are random tiny Qwen2 models of those vocabularies (``engine_fixtures``), the draft unrelated
+are random tiny Qwen2 models of those vocabularies (``support.models``), the draft unrelated
 to the target: acceptance neither 0 nor 1. Losslessness: the pooled χ² test of
 ``test_engine_lossless`` (SAMPLES = 400 sequences of 3 tokens, level SIGNIFICANCE = 0.001,
 fixed seeds).
@@ -18,7 +18,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from engine_fixtures import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law, tiny_model
+from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law, tiny_model
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.drafters import DrafterChoice
 from specbound.engine.methods import build_method
@@ -253,7 +253,7 @@ def test_cross_tokenizer_drafts_on_llama_cpp_generate_the_target_sequence_law(tm
 
     if not llamacpp.llama_cpp_available():
         pytest.skip("llama-cpp-python is not installed")
-    from gguf_fixtures import write_gguf
+    from specbound.models.tiny import write_gguf
     from test_llamacpp_backend import llamacpp_law
 
     target = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "target.gguf"), threads=1)

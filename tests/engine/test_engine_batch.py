@@ -5,7 +5,7 @@ the target's sequence law."""
 import pytest
 import torch
 
-from engine_fixtures import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
+from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.methods import build_method
 

@@ -4,7 +4,7 @@ law handed to the verifier, vocabulary padding, counting."""
 import pytest
 import torch
 
-from engine_fixtures import EOS, VOCAB, tiny_model
+from support.models import EOS, VOCAB, tiny_model
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.methods import Levels, Method
 from specbound.verifiers import get_verifier

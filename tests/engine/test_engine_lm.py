@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import Qwen2ForCausalLM
 
-from engine_fixtures import extend, tiny_config, tiny_model
+from support.models import extend, tiny_config, tiny_model
 from specbound.engine.backends import Entries
 from specbound.engine.backends.torch import CausalLM
 

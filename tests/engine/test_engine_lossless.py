@@ -17,7 +17,7 @@ subtle ones; the verifiers' own exact tests cover the single-step math.
 import pytest
 import torch
 
-from engine_fixtures import (
+from support.models import (
     EOS,
     VOCAB,
     SIGNIFICANCE,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import EOS
+from support.models import EOS
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
 from specbound.engine.optimum import OptimumRecorder, OptimumTally
 

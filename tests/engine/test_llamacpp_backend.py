@@ -1,8 +1,8 @@
 """The llama.cpp backend (``engine.backends.llamacpp``): the engine's LM protocol on llama.cpp's own
 forwards, and every method lossless on it.
 
-The tiny target and draft models of ``engine_fixtures`` are written as float32 GGUF files
-(``gguf_fixtures``) and loaded by llama.cpp. Tree attention through sequence ids is checked
+The tiny target and draft models of ``support.models`` are written as float32 GGUF files
+(``specbound.models.tiny.write_gguf``) and loaded by llama.cpp. Tree attention through sequence ids is checked
 against each path scored alone, both by llama.cpp and by the torch model the files were
 written from; rollback and row selection against fresh prefills. Losslessness is checked as
 for the torch backend (``test_engine_lossless``): the law of the next 3 tokens is enumerated
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue
-from gguf_fixtures import write_gguf
+from support.models import EOS, SIGNIFICANCE, chi_square_pvalue
+from specbound.models.tiny import write_gguf
 from specbound.engine import Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.backends import Entries
 from specbound.engine.methods import build_method

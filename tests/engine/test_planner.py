@@ -3,7 +3,7 @@ where they are not; with it the engine stays lossless and deterministic."""
 
 import torch
 
-from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
+from support.models import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
 from specbound.engine.planner import Evidence, Planner

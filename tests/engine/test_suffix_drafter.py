@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine_fixtures import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
+from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, Processing
 from specbound.engine.methods import Budget, Levels, build_method
 from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations
@@ -215,7 +215,7 @@ def test_suffix_drafts_on_llama_cpp_generate_the_target_sequence_law(name, targe
 
     if not llamacpp.llama_cpp_available():
         pytest.skip("llama-cpp-python is not installed")
-    from gguf_fixtures import write_gguf
+    from specbound.models.tiny import write_gguf
     from test_llamacpp_backend import llamacpp_law
 
     model = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "target.gguf"), threads=1)

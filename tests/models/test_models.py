@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gguf_fixtures import write_gguf
+from specbound.models.tiny import write_gguf
 from specbound.models import gguf as gguf_assets
 from specbound.models import loading as models
 from specbound.models.gguf import (

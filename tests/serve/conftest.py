@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_fixtures import API_KEY, CACHE_TOKENS, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, ServerProcess
+from support.serving import API_KEY, CACHE_TOKENS, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, ServerProcess
 
 
 @pytest.fixture(scope="session")

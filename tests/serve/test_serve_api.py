@@ -7,8 +7,8 @@ from __future__ import annotations
 import openai
 import pytest
 
-from serve_fixtures import API_KEY, MODEL
-from tiny_pair import tiny_pair
+from support.serving import API_KEY, MODEL
+from support.chat_pair import tiny_pair
 from specbound.api import Speculator
 
 METHOD_OPTIONS = {"gamma": 3}

@@ -3,8 +3,8 @@ follow the served target's law, batched as the server batches them (issue 42).""
 
 from __future__ import annotations
 
-from serve_fixtures import API_KEY, MODEL
-from tiny_pair import tiny_pair
+from support.serving import API_KEY, MODEL
+from support.chat_pair import tiny_pair
 from specbound.audit import audit
 from specbound.audit.samplers import endpoint_sampler
 

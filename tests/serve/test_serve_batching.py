@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from serve_fixtures import API_KEY, MODEL
+from support.serving import API_KEY, MODEL
 
 PROMPTS = ["red cat", "blue dog runs", "green", "cat sleeps dog", "red red blue", "dog", "green cat runs", "blue"]
 LOAD_ROUNDS, LOAD_PER_ROUND, LOAD_CONCURRENCY, LOAD_SECONDS = 4, 50, 16, 120

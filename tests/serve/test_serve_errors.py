@@ -14,8 +14,8 @@ import time
 import httpx
 import pytest
 
-from serve_fixtures import API_KEY, MODEL
-from tiny_pair import CONTEXT
+from support.serving import API_KEY, MODEL
+from support.chat_pair import CONTEXT
 
 LONG = " ".join(["red"] * CONTEXT)
 COMPLETION = {"model": MODEL, "prompt": "red cat", "max_tokens": 4}

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from serve_fixtures import API_KEY, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, MODEL
+from support.serving import API_KEY, LIMIT_BODY_BYTES, LIMIT_CACHE_TOKENS, MODEL
 
 DEEP = 100_000
 

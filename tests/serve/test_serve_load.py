@@ -16,7 +16,7 @@ import time
 import httpx
 import pytest
 
-from serve_fixtures import LIMIT_BODY_BYTES, MODEL
+from support.serving import LIMIT_BODY_BYTES, MODEL
 
 FAST_SECONDS, SLOW_SECONDS, WARM_UP_SECONDS = 12, 60, 3
 NORMAL_CLIENTS = 3  # with one of each other kind, within --max-batch 4 --max-queue 4

@@ -13,7 +13,7 @@ import queue
 import pytest
 import torch
 
-from tiny_pair import tiny_pair
+from support.chat_pair import tiny_pair
 from specbound.api import Speculator
 from specbound.engine.backends.torch import CausalLM
 from specbound.engine.decode import Decoder

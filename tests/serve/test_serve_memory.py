@@ -21,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from serve_fixtures import ServerProcess
+from support.serving import ServerProcess
 
 pytestmark = pytest.mark.slow
 

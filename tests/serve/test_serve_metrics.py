@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from serve_fixtures import MODEL
+from support.serving import MODEL
 
 NAMES = ["request_success", "request_failure", "requests_refused", "prompt_tokens", "generation_tokens",
          "target_calls", "spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens",

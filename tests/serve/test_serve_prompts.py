@@ -12,8 +12,8 @@ import time
 import httpx
 import pytest
 
-from serve_fixtures import MODEL
-from tiny_pair import CONTEXT, tiny_pair, tiny_tokenizer
+from support.serving import MODEL
+from support.chat_pair import CONTEXT, tiny_pair, tiny_tokenizer
 from specbound.api import Speculator
 from specbound.engine.processing import Sampling
 from specbound.models.chat import encode_chat, encode_prompt

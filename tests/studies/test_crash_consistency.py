@@ -31,7 +31,7 @@ from specbound.studies.acceptance import AcceptanceStudy
 from specbound.studies.records import LOCK_FILE, RECORDS_FILE, SETTINGS_FILE, TIMINGS_FILE, ResultsStore, read_results
 from specbound.studies.report import write_report
 from specbound.studies.runner import run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 TESTS = Path(__file__).resolve().parents[1]
 SOURCE = TESTS.parent / "src"
@@ -48,7 +48,7 @@ DRIVER = textwrap.dedent('''
     from specbound.studies import records
     from specbound.studies.acceptance import AcceptanceStudy
     from specbound.studies.runner import run_study
-    from study_fixtures import VOCAB, tiny_pair, tiny_prompts
+    from specbound.models.tiny import VOCAB, tiny_pair, tiny_prompts
 
     prompts, options = int(sys.argv[1]), ast.literal_eval(sys.argv[2])
 
@@ -133,7 +133,7 @@ class Driver:
         script = folder / "crash_driver.py"
         script.write_text(DRIVER)
         self.stderr = folder / "crash_driver.err"
-        path = os.pathsep.join(map(str, (SOURCE, TESTS, TESTS / "studies", TESTS / "engine")))
+        path = os.pathsep.join(map(str, (SOURCE, TESTS)))
         with open(self.stderr, "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, str(script), str(PROMPTS), repr(OPTIONS)],

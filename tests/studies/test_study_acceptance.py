@@ -27,7 +27,7 @@ METHODS = list(acceptance_methods())
 from specbound.studies.runner import run_study
 from specbound.studies.traces import generate_trace, next_token_probs, trace_probs
 from specbound.verifiers import get_verifier
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 HORIZON = 8
 RUNS = 100

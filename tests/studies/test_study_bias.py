@@ -5,7 +5,7 @@ import pytest
 
 from specbound.studies.bias import REFERENCE, BiasStudy, bias_summary
 from specbound.studies.runner import run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 EPSILONS = (0.1, 0.4)
 

@@ -12,7 +12,7 @@ import pytest
 
 from specbound.cli import main
 from specbound.studies.records import RECORDS_FILE, ResultsStore
-from study_fixtures import tiny_pair
+from specbound.models.tiny import tiny_pair
 
 OPTIONS = ["--max-new-tokens", "3", "--num-drafts", "2", "--workers", "1", "--batch-size", "1", "--quiet",
            "--backend", "torch", "--dtype", "float32"]
@@ -124,7 +124,7 @@ def test_a_draft_with_another_tokenizer_is_refused_naming_the_draft():
     from specbound.engine.vocabulary import SharedVocabulary
     from specbound.studies import STUDIES
     from specbound.studies.traces import trace_probs
-    from study_fixtures import tiny_prompts
+    from specbound.models.tiny import tiny_prompts
 
     pair = tiny_pair()
     vocabulary = SharedVocabulary(torch.arange(1, pair.vocab_size), torch.arange(1, pair.vocab_size),

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from engine_fixtures import tiny_model
-from gguf_fixtures import write_gguf
+from support.models import tiny_model
+from specbound.models.tiny import write_gguf
 
 pytest.importorskip("llama_cpp")
 

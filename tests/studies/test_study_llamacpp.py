@@ -4,13 +4,13 @@ by llama.cpp gives the same study records, with rows as llama.cpp computes them.
 import numpy as np
 import pytest
 
-from gguf_fixtures import write_gguf
+from specbound.models.tiny import write_gguf
 from specbound.engine import Processing
 from specbound.models.pair import ModelPair
 from specbound.studies.acceptance import AcceptanceStudy, acceptance_summary
 from specbound.studies.runner import run_study
 from specbound.studies.traces import next_token_probs
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 from specbound.engine.backends import llamacpp  # noqa: E402
 

@@ -19,7 +19,7 @@ from specbound.studies.multistep_report import ladder_table, multistep_summary
 from specbound.studies.records import read_results
 from specbound.studies.report import write_report
 from specbound.studies.runner import run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LP_TOLERANCE = 1e-9

@@ -24,7 +24,7 @@ from specbound.studies.distributed import INSTALL_HINT, RayWorkers, run_study_on
 from specbound.studies.records import RECORDS_FILE, TIMINGS_FILE, read_results
 from specbound.studies.report import write_report
 from specbound.studies.runner import run_pending, run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 RAY_INSTALLED = importlib.util.find_spec("ray") is not None  # ray itself is imported by the slow tests only
 
@@ -43,7 +43,7 @@ def local_ray():
     (the tiny pair's factory, the studies below) from the test folders."""
     import ray
 
-    path = os.pathsep.join(filter(None, [str(TESTS / "engine"), str(TESTS / "studies"), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=2, object_store_memory=200 * 2**20, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     yield

@@ -18,7 +18,7 @@ from specbound.studies.acceptance import AcceptanceStudy
 from specbound.studies.records import (RECORDS_FILE, SETTINGS_FILE, TIMINGS_FILE, ResultsStore, read_results,
                                        unit_seed)
 from specbound.studies.runner import run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 PROMPTS = 4
 

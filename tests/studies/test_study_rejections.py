@@ -18,7 +18,7 @@ from specbound.studies.rejections import DecodingConfig, RejectionsStudy, decodi
 from specbound.studies.runner import run_study
 from specbound.studies.trace_theory import trace_expected_cost
 from specbound.studies.traces import generate_trace, trace_probs
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 HORIZON = 8
 

@@ -12,7 +12,7 @@ from specbound.studies.bias import BiasStudy
 from specbound.studies.rejections import RejectionsStudy
 from specbound.studies.report import write_report
 from specbound.studies.runner import run_study
-from study_fixtures import tiny_pair, tiny_prompts
+from specbound.models.tiny import tiny_pair, tiny_prompts
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_cases import distribution_pairs
+from support.edge_cases import distribution_pairs
 from specbound.probability import support_size
 from specbound.studies.acceptance import exact_acceptances
 from specbound.studies.acceptance_methods import acceptance_methods, attained_optimum

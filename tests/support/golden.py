@@ -1,6 +1,6 @@
 """Golden outputs: what the command line and the engine produce on fixed inputs and seeds.
 
-Recorded before the package was reorganised (``python tests/golden/outputs.py --record``)
+Recorded before the package was reorganised (``cd tests && python -m support.golden --record``)
 and checked by ``tests/test_golden_outputs.py`` ever since, so that moving code never
 changes a number: the exact acceptances of ``specbound accept``, the optima and
 certificates of ``specbound bounds``, the tables of ``specbound theory``, the engine's
@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-HERE = Path(__file__).parent
-GOLDEN_FILE = HERE / "golden.json"
+GOLDEN_FILE = Path(__file__).resolve().parents[1] / "golden" / "golden.json"
 
 FIXTURES = {
     "A": ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4"),
@@ -110,8 +109,7 @@ ENGINE_SETTINGS = {
 
 
 def _tiny_models():
-    sys.path.insert(0, str(HERE.parent / "engine"))
-    from engine_fixtures import noisy_copy, tiny_model
+    from support.models import noisy_copy, tiny_model
 
     target = tiny_model(seed=0)
     return target, noisy_copy(target, seed=1, noise=0.7)
@@ -148,9 +146,7 @@ def engine_outputs() -> dict:
 
 def study_outputs() -> dict:
     """Records (positions and runs, timings left out) of each study on the tiny pair."""
-    sys.path.insert(0, str(HERE.parent / "studies"))
-    sys.path.insert(0, str(HERE.parent))
-    from study_fixtures import tiny_pair, tiny_prompts
+    from specbound.models.tiny import tiny_pair, tiny_prompts
 
     from specbound.studies.acceptance import AcceptanceStudy
     from specbound.studies.bias import BiasStudy
@@ -184,6 +180,6 @@ def _normalised(payload):
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
-        sys.exit("usage: python tests/golden/outputs.py --record")
+        sys.exit("usage: cd tests && python -m support.golden --record")
     GOLDEN_FILE.write_text(json.dumps(_normalised(all_outputs()), indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {GOLDEN_FILE}")

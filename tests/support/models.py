@@ -1,4 +1,5 @@
-"""Tiny random-weight language models and exact-law helpers for the engine tests.
+"""Exact-law helpers for the engine tests, over the tiny models of ``specbound.models.tiny``
+(re-exported here: ``tiny_model``, ``noisy_copy``, ``tiny_config``, ``VOCAB``, ``EOS``).
 
 Vocabulary of 6 tokens (token 0 is EOS), 2 layers, hidden size 16, fixed seeds. The
 output head is scaled so that next-token laws are far from uniform, and the draft is a
@@ -9,56 +10,19 @@ occur often.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import numpy as np
 import torch
 from scipy import stats as scipy_stats
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from specbound.engine.backends import Entries
+from specbound.models.tiny import EOS, VOCAB, noisy_copy, tiny_config, tiny_model
 
-VOCAB = 6
-EOS = 0
+__all__ = ["EOS", "SIGNIFICANCE", "VOCAB", "chi_square_power", "chi_square_pvalue", "exact_sequence_law",
+           "extend", "group_probs", "noisy_copy", "pooled_cells", "tiny_config", "tiny_model"]
+
 SIGNIFICANCE = 0.001
-
-
-def tiny_config(architecture="qwen2", vocab_size=VOCAB, attention="sdpa", num_layers=2):
-    config_class = {"qwen2": Qwen2Config, "llama": LlamaConfig}[architecture]
-    config = config_class(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=num_layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    config._attn_implementation = attention
-    return config
-
-
-def tiny_model(seed, architecture="qwen2", vocab_size=VOCAB, attention="sdpa", num_layers=2,
-               head_scale=8.0):
-    torch.manual_seed(seed)
-    model_class = {"qwen2": Qwen2ForCausalLM, "llama": LlamaForCausalLM}[architecture]
-    model = model_class(tiny_config(architecture, vocab_size, attention, num_layers)).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(head_scale)
-    return model
-
-
-def noisy_copy(model, seed: int, noise: float):
-    """A draft model: the target's weights plus Gaussian noise of relative size ``noise``."""
-    generator = torch.Generator().manual_seed(seed)
-    draft = copy.deepcopy(model)
-    with torch.no_grad():
-        for parameter in draft.parameters():
-            scale = parameter.abs().mean()
-            parameter.add_(noise * scale * torch.randn(parameter.shape, generator=generator))
-    return draft
 
 
 def extend(lm, token_ids, last_only: bool = False) -> torch.Tensor:

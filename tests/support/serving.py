@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 API_KEY = "test-key"
 MODEL = "tiny-test-pair"
 LIMIT_BODY_BYTES = 65536  # the limits server's --max-body-bytes
@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """One ``specbound serve`` subprocess: of the tiny pair ``tiny_pair.<factory>`` on one
+    """One ``specbound serve`` subprocess: of the tiny pair ``support.chat_pair.<factory>`` on one
     thread, or with ``factory`` None of the models ``options`` name (by default the embedded
     pair) on ``threads``."""
 
@@ -38,9 +38,8 @@ class ServerProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent / "engine"),
-                                                            os.environ.get("PYTHONPATH", "")]))
-        pair = ["--pair-factory", f"tiny_pair:{factory}"] if factory else ["--quiet"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        pair = ["--pair-factory", f"support.chat_pair:{factory}"] if factory else ["--quiet"]
         command = [sys.executable, "-c", "import sys; from specbound.cli import main; sys.exit(main())", "serve", *pair,
                    "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(threads), "--log-level", "warning",
                    *options] + (["--api-key", api_key] if api_key else [])

@@ -12,7 +12,7 @@ from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.block import block_terms
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import emit_from, tokenwise_expected_accepted
-from verifiers.tree_fixtures import (
+from support.trees import (
     CHAINS, DERANDOMIZED, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from edge_cases import PAIR_KINDS, distribution_pairs
+from support.edge_cases import PAIR_KINDS, distribution_pairs
 from specbound.bounds.subset import scan_order
 from specbound.drafts import optimal_acceptance, optimal_acceptance_lp
 from specbound.verifiers import get_verifier

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edge_cases import PAIR_KINDS, distribution_pairs
+from support.edge_cases import PAIR_KINDS, distribution_pairs
 from specbound.bounds.rows import RowPairs
 from specbound.verifiers import get_verifier
 from specbound.verifiers.kseq import (

@@ -8,8 +8,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from edge_cases import distribution_pairs
-from instances import random_pair
+from support.edge_cases import distribution_pairs
+from support.instances import random_pair
 from specbound.verifiers import rrs_exact as rrs_acceptance
 from specbound.verifiers.rrs_exact import (
     _recursive_acceptance,

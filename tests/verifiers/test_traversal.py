@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import tokenwise_expected_accepted
-from verifiers.tree_fixtures import (
+from support.trees import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, constant_model, lossless_error, random_model,
 )
 

@@ -13,7 +13,7 @@ from specbound.experiments.bounds import lossless_verifiers
 from specbound.verifiers import VERIFIERS, ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import scored_tree, tokenwise_expected_accepted, tokenwise_outcome_law
-from verifiers.tree_fixtures import (
+from support.trees import (
     CHAINS, DERANDOMIZED, TOKENWISE, TREES, TWO_TOKEN, constant_model, lossless_error, probability_rows, random_model,
 )
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specbound.verifiers import ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
-from verifiers.tree_fixtures import CHAINS, DERANDOMIZED, TREES, lossless_error, random_model
+from support.trees import CHAINS, DERANDOMIZED, TREES, lossless_error, random_model
 
 UNIVER = get_verifier("univer")
 TRAVERSAL = get_verifier("traversal")

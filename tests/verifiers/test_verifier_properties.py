@@ -23,7 +23,7 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from edge_cases import EXACT_KINDS, distribution_pairs
+from support.edge_cases import EXACT_KINDS, distribution_pairs
 from specbound.bounds.subset import bruteforce_optimum
 from specbound.probability import as_target_and_draft
 from specbound.verifiers import VERIFIERS, get_verifier

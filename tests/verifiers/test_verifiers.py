@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from edge_cases import distribution_pairs
-from instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
+from support.edge_cases import distribution_pairs
+from support.instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
 from specbound.drafts import optimal_acceptance_bruteforce
 from specbound.drafts import get_draft_scheme
 from specbound.probability import as_target_and_draft, total_variation

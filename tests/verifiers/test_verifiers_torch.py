@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from instances import random_pair
+from support.instances import random_pair
 from specbound.drafts import get_draft_scheme
 from specbound.probability import ZeroResidualError, sample_from_torch
 from specbound.verifiers import VERIFIERS, get_verifier

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from engine_fixtures import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
+from support.models import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, build_method
 from specbound.engine.assembly import assemble
 from specbound.engine.backends import Entries
