@@ -1,7 +1,7 @@
 """The package's layers, read from its own import statements (every ``import`` and ``from …
 import``, at module level or inside a function): no module imports itself back through a
 cycle, every top-level module has a rank in ``RANKS`` and imports nothing of a higher rank,
-the math layers import nothing of the engine, the models, the studies, the experiments, the
+the math layers import nothing of the engine, the models, the studies, the tables, the
 figures or the command line, and only the backends know a backend: outside ``engine/backends``
 no code compares with a backend's name, keeps a table keyed by backend names, or asks which
 class a model is (``isinstance`` of a backend's class or of a torch module, ``hasattr`` of a
@@ -19,7 +19,7 @@ import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "specbound"
 MATH_LAYERS = ("checks", "probability", "statistics", "bounds", "drafts", "verifiers", "chains")
-UPPER_LAYERS = ("engine", "models", "studies", "experiments", "plots", "api", "audit", "serve", "cli")
+UPPER_LAYERS = ("engine", "models", "studies", "tables", "plots", "api", "audit", "serve", "cli")
 # Each top-level module (package or file) by rank, lowest first: a module imports modules of
 # its own rank or below, never above. A new top-level module must be given its rank here.
 RANKS = {
@@ -29,7 +29,7 @@ RANKS = {
     "bounds": 3, "drafts": 3, "verifiers": 3, "chains": 3,  # the math
     "engine": 4,  # decoding, its backends
     "models": 5,  # model files, loading, the pair
-    "api": 6, "audit": 6, "studies": 6, "experiments": 6, "plots": 6,
+    "api": 6, "audit": 6, "studies": 6, "tables": 6, "plots": 6,
     "serve": 7,
     "cli": 8,
     "": 9,  # the package itself (``specbound.Speculator``)
@@ -122,7 +122,7 @@ def test_only_the_command_line_imports_the_server():
 def test_the_server_imports_no_command_line_and_no_study():
     offending = sorted(f"{module} -> {target}" for module, targets in import_graph().items()
                        if layer(module) == "serve" for target in targets
-                       if layer(target) in ("cli", "studies", "experiments", "plots"))
+                       if layer(target) in ("cli", "studies", "tables", "plots"))
     assert not offending
 
 

@@ -36,8 +36,8 @@ from specbound.chains.theory import (
     random_chain_pair,
 )
 from specbound.drafts import DRAFT_SCHEMES
-from specbound.experiments.bounds import acceptance_table, lossless_verifiers, work_seconds
-from specbound.experiments.theory import pareto
+from specbound.tables.bounds import acceptance_table, lossless_verifiers, work_seconds
+from specbound.tables.chains import pareto
 from specbound.verifiers.biased import SWEEP_METHODS
 from specbound.verifiers.rrs_exact import (
     BracketWarning,

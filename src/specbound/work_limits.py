@@ -16,7 +16,7 @@ Letters: K draft tuples, V tokens of a row, n drafts, T a chain's horizon, M its
 LP_SECONDS_FIXED = 0.01
 LP_SECONDS_PER_ENTRY = 3e-8  # per constraint × variable: (K + V)·K·V
 
-# experiments.bounds: the tables of ``accept`` and ``bounds`` (V up to 151,936, n up to 10⁶)
+# tables.bounds: the tables of ``accept`` and ``bounds`` (V up to 151,936, n up to 10⁶)
 TABLE_SECONDS_PER_TOKEN = 3e-6  # sorts and scans of every method at one n, per token of a row
 TABLE_SECONDS_PER_DRAFT = 5e-6  # one step of the n-step products (α* with replacement, RRS) ...
 TABLE_SECONDS_PER_DRAFT_TOKEN = 1.2e-8  # ... and per token of the row
@@ -40,7 +40,7 @@ IMPROVEMENT_SECONDS_PER_STEP_TOKEN = 5e-9  # ... per token
 SIMULATION_SECONDS_PER_DRAFTED_ENTRY = 5e-9  # per run, draft, position, drafted offset and state
 SIMULATION_SECONDS_PER_ROUND = 2e-8  # per run, position and draft: the root's recursive rejection
 
-# experiments.theory: the bias/rejection plane of ``theory pareto``
+# tables.chains: the bias/rejection plane of ``theory pareto``
 PARETO_SECONDS_PER_POINT_TOKEN = 1e-7  # Loss*(b) and P(reject) of one random vector, per token
 PARETO_SECONDS_PER_SWEEP_POINT = 3e-4  # one verifier built and measured ...
 PARETO_SECONDS_PER_SWEEP_TOKEN = 1e-7  # ... and per token

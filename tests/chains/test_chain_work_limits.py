@@ -16,7 +16,7 @@ from specbound.chains.theory import (
     random_chain_pair,
 )
 from specbound.checks import WorkLimitError
-from specbound.experiments.theory import ChainSetting, convergence, drafts, improvement
+from specbound.tables.chains import ChainSetting, convergence, drafts, improvement
 
 
 @pytest.fixture

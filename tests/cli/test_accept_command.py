@@ -125,7 +125,7 @@ def test_running_out_of_memory_ends_with_status_2(monkeypatch, capsys):
     def exhausted(*args):
         raise MemoryError
 
-    monkeypatch.setattr("specbound.experiments.bounds.acceptance_table", exhausted)
+    monkeypatch.setattr("specbound.tables.bounds.acceptance_table", exhausted)
     assert main(["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]) == 2
     assert "error: out of memory" in capsys.readouterr().err
 

@@ -15,7 +15,7 @@ def failing_command(monkeypatch, error):
     def fail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr("specbound.experiments.bounds.acceptance_table", fail)
+    monkeypatch.setattr("specbound.tables.bounds.acceptance_table", fail)
     return ["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]
 
 
@@ -57,7 +57,7 @@ def test_a_value_error_from_a_library_is_an_internal_error_not_a_user_error(monk
     def broadcast(*args, **kwargs):
         return np.zeros(2) + np.zeros(3)
 
-    monkeypatch.setattr("specbound.experiments.bounds.acceptance_table", broadcast)
+    monkeypatch.setattr("specbound.tables.bounds.acceptance_table", broadcast)
     assert main(["accept", "--target", "0.5,0.5", "--draft", "0.5,0.5"]) == 1
     assert "internal error" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from specbound.experiments.bounds import lossless_verifiers
+from specbound.tables.bounds import lossless_verifiers
 from specbound.verifiers import VERIFIERS, ScoredTree, get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
 from specbound.verifiers.tree import scored_tree, tokenwise_expected_accepted, tokenwise_outcome_law

@@ -2,7 +2,7 @@
 
 Each command module exposes ``register(subparsers)``, which adds its parser and sets
 ``handler`` (a function taking the parsed arguments and returning an exit code). The
-numbers come from ``specbound.experiments``, the studies and the engine; the command line
+numbers come from ``specbound.tables``, the studies and the engine; the command line
 knows nothing of the math beyond calling it. Building the parser imports none of them (nor
 torch, transformers, matplotlib, numba or scipy): the handlers import what they call, and a
 command whose options are read from such a registry adds them on its first use

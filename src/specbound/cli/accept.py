@@ -2,7 +2,7 @@
 (target, draft) pair given on the command line or in a JSON file, or for every row of a
 batch in a JSON file (JSON: one entry per row under "rows"; a table per row). With
 ``--shared`` the draft is restricted to the tokens it shares with the target (a draft with
-another tokenizer, TLI: ``experiments.bounds.restricted_draft``) and each row's bound
+another tokenizer, TLI: ``tables.bounds.restricted_draft``) and each row's bound
 p(shared) ≥ α* ≥ every acceptance is printed beside the table."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from specbound.cli.output import WORK_LIMIT_NOTE, format_table, print_json
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.experiments.bounds import acceptance_table, restricted_draft
+    from specbound.tables.bounds import acceptance_table, restricted_draft
 
     target, draft = distribution_pair(args.target, args.draft)
     bounds = None

@@ -26,7 +26,7 @@ SHOWN_SUBSET = 20  # token ids of H* printed in the table
 
 
 def run_optimum(args) -> int:
-    from specbound.experiments.bounds import optimum_with_certificate
+    from specbound.tables.bounds import optimum_with_certificate
 
     target, draft = distribution_pair(args.target, args.draft, FIXTURE_A)
     tables = optimum_with_certificate(target, draft, args.num_drafts)
@@ -54,7 +54,7 @@ def _subset_text(subset: list[int] | None) -> str | None:
 
 
 def run_plot(args) -> int:
-    from specbound.experiments.bounds import acceptance_vs_drafts
+    from specbound.tables.bounds import acceptance_vs_drafts
     from specbound.plots.bounds import plot_acceptance_vs_drafts
 
     target, draft = distribution_pair(args.target, args.draft, FIXTURE_A)

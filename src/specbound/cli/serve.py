@@ -20,7 +20,7 @@ without one, listening beyond this machine is warned of.
 
 ``--pair-factory MODULE:FUNCTION`` serves the ``ModelPair`` that function returns instead
 of loading ``--target``/``--draft``: the tests serve tiny in-process models with it
-(``tests/serve/tiny_pair.py``).
+(``tests/support/chat_pair.py``).
 """
 
 from __future__ import annotations

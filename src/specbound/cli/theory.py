@@ -8,7 +8,7 @@ Subcommands (SPEC.md §1-§3, [YIN] Fig. 2-4):
   improvement  single-token batch improvement vs M: Bernoulli and uniform closed forms
   pareto       rejection vs bias: the front, Decoding-OPT and Decoding-UNO ε sweeps
 
-The numbers come from ``specbound.experiments.theory`` (which says how chains are drawn),
+The numbers come from ``specbound.tables.chains`` (which says how chains are drawn),
 the figures from ``specbound.plots.theory``.
 """
 
@@ -27,7 +27,7 @@ MAX_CONCENTRATION = 1e6
 
 def _setting(args):
     """The chain of ``--horizon``, ``--vocab``, ``--seed``, ``--concentration``."""
-    from specbound.experiments.theory import ChainSetting
+    from specbound.tables.chains import ChainSetting
 
     return ChainSetting(args.horizon, args.vocab, args.seed, args.concentration)
 
@@ -54,10 +54,10 @@ def _setting_text(numbers: dict) -> str:
 
 
 def run_convergence(args) -> int:
-    from specbound.experiments import theory as experiments
+    from specbound.tables import chains
     from specbound.plots import theory as figures
 
-    result = experiments.convergence(_setting(args), args.runs, args.lookaheads, progress=not args.json)
+    result = chains.convergence(_setting(args), args.runs, args.lookaheads, progress=not args.json)
     numbers = result.numbers
     figure = figures.plot_convergence(
         result.figure["running_means"], result.figure["running_errors"], numbers["exact_rejections"],
@@ -85,10 +85,10 @@ def run_convergence(args) -> int:
 
 
 def run_drafts(args) -> int:
-    from specbound.experiments import theory as experiments
+    from specbound.tables import chains
     from specbound.plots import theory as figures
 
-    numbers = experiments.drafts(_setting(args), args.max_drafts, args.simulated_drafts, args.runs,
+    numbers = chains.drafts(_setting(args), args.max_drafts, args.simulated_drafts, args.runs,
                                  progress=not args.json).numbers
     simulated = numbers["monte_carlo"]
     figure = figures.plot_rejections_vs_drafts(
@@ -106,10 +106,10 @@ def run_drafts(args) -> int:
 
 
 def run_improvement(args) -> int:
-    from specbound.experiments import theory as experiments
+    from specbound.tables import chains
     from specbound.plots import theory as figures
 
-    numbers = experiments.improvement(args.max_drafts, args.bernoulli, args.uniform).numbers
+    numbers = chains.improvement(args.max_drafts, args.bernoulli, args.uniform).numbers
     figure = figures.plot_batch_improvement(numbers["num_drafts"], numbers["bernoulli"], numbers["uniform"],
                                             Path(args.out) / "improvement.png")
     shown = numbers["num_drafts"][:6]
@@ -121,11 +121,11 @@ def run_improvement(args) -> int:
 
 
 def run_pareto(args) -> int:
-    from specbound.experiments import theory as experiments
+    from specbound.tables import chains
     from specbound.plots import theory as figures
     from specbound.verifiers.biased import sweep_verifier
 
-    result = experiments.pareto(args.target, args.draft, args.epsilons, args.methods, args.random_points, args.seed)
+    result = chains.pareto(args.target, args.draft, args.epsilons, args.methods, args.random_points, args.seed)
     numbers, epsilons = result.numbers, result.figure["epsilons"]
     tv = numbers["total_variation"]
     sweeps = {}

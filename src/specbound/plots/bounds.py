@@ -14,7 +14,7 @@ SCHEME_COLOURS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange"
 def plot_acceptance_vs_drafts(numbers: dict, path) -> Path:
     """α* curves (solid, filled dots) and verifier acceptance (dashed, hollow markers drawn
     on top, so a verifier that reaches α* shows as a ring around its dot) against n;
-    colour = draft scheme. ``numbers`` is ``experiments.bounds.acceptance_vs_drafts``'s."""
+    colour = draft scheme. ``numbers`` is ``tables.bounds.acceptance_vs_drafts``'s."""
     drafts = numbers["num_drafts"]
     figure, axes = plt.subplots(figsize=(9.5, 4.8))
     schemes = list(dict.fromkeys([*numbers["optimum"], *(v["scheme"] for v in numbers["verifiers"].values())]))
