@@ -43,6 +43,7 @@ llama.cpp where it is installed (else on torch), with min_p and a logit bias
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -222,32 +223,23 @@ def _speculative_step(laws: Laws, context: list[int], gamma: int, rng, target: s
     return emitted + [draw(target_law(context + emitted), rng.random())]
 
 
-def _greedy_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
-    """Greedy verification at T > 0: a sampled draft is kept iff it is the target's argmax."""
+def _match_step(laws: Laws, context: list[int], gamma: int, rng, greedy: bool) -> list[int]:
+    """Match verification: the target picks its own token at each drafted position — its
+    argmax (``greedy``: SGLang's greedy verification at T > 0, lossy) or a sample from its
+    law (exact match, lossless) — and a sampled draft is kept iff it is that token."""
+    def target_token(prefix: list[int]) -> int:
+        row = laws(context + prefix, "target")
+        return int(np.argmax(row)) if greedy else draw(row, rng.random())
+
     drafts = []
     for _ in range(gamma):
         drafts.append(draw(laws(context + drafts, "draft"), rng.random()))
     emitted = []
     for token in drafts:
-        best = int(np.argmax(laws(context + emitted, "target")))
-        emitted.append(best)
-        if token != best:
+        emitted.append(target_token(emitted))
+        if token != emitted[-1]:
             return emitted
-    return emitted + [int(np.argmax(laws(context + emitted, "target")))]
-
-
-def _exact_match_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
-    """Exact-match verification: the target samples its own token at each drafted position."""
-    drafts = []
-    for _ in range(gamma):
-        drafts.append(draw(laws(context + drafts, "draft"), rng.random()))
-    emitted = []
-    for token in drafts:
-        sampled = draw(laws(context + emitted, "target"), rng.random())
-        emitted.append(sampled)
-        if token != sampled:
-            return emitted
-    return emitted + [draw(laws(context + emitted, "target"), rng.random())]
+    return emitted + [target_token(emitted)]
 
 
 def _point_mass_step(laws: Laws, context: list[int], gamma: int, rng) -> list[int]:
@@ -274,12 +266,12 @@ STEPS: dict[str, Callable] = {
     "argmax_as_sampled": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
                                                                              argmax_drafts=True),
     "bf16_drafts": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng, drawn="draft_bf16"),
-    "greedy_verification": _greedy_step,
+    "greedy_verification": functools.partial(_match_step, greedy=True),
     "ignored_processors": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
                                                                               target="target_plain"),
     "static_ensemble": lambda laws, context, gamma, rng: _speculative_step(laws, context, gamma, rng,
                                                                            ensemble=ENSEMBLE_WEIGHT),
-    "exact_match": _exact_match_step,
+    "exact_match": functools.partial(_match_step, greedy=False),
     "point_mass_drafts": _point_mass_step,
 }
 CASES = {  # name -> (published instance, lossless)
