@@ -11,7 +11,7 @@ import torch
 from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, Processing
 from specbound.engine.methods import Budget, Levels, build_method
-from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations
+from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations, replay
 
 PROMPT = [2, 1]
 NEW_TOKENS = 3
@@ -314,3 +314,34 @@ def test_a_second_request_to_a_server_drafts_from_the_first():
     first, second = figures
     assert second["token_ids"] == first["token_ids"]  # greedy: the target's argmax path both times
     assert second["target_calls"] < first["target_calls"]
+
+
+# -- replay ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_replaying_the_engine_s_output_gives_its_accepted_lengths_step_by_step(case, target_model):
+    """``replay`` of a text the engine emitted accepts at every step what the engine accepted:
+    a lossless verifier of fixed drafts accepts the deepest drafted path its own emitted
+    tokens begin with, pointwise (``engine.suffix.replay``). Each output joins both
+    drafters' histories, so later sequences draft from a history that grew alike."""
+    name, options = case
+    method = build_method(name, **options)
+    decoder = suffix_decoder(CausalLM(target_model), history_of(likely_outputs(target_model)))
+    replayer = SuffixDrafter(VOCAB, history_of(likely_outputs(target_model)))
+    drafted = 0
+    for seed in range(30):
+        generation = decoder.generate(PROMPT, method, 6, torch.Generator().manual_seed(seed))
+        accepted = replay(replayer, method, PROMPT, generation.tokens, 6)
+        assert accepted == generation.stats.accepted_lengths, seed
+        drafted += sum(accepted)
+    assert drafted >= 20  # drafts were accepted: the comparison was not of empty steps
+    assert replayer.history.num_tokens == decoder.drafter.history.num_tokens
+
+
+def test_replay_refuses_a_text_longer_than_its_budget_and_an_empty_prompt():
+    method = build_method("chain", gamma=2)
+    with pytest.raises(ValueError, match="^text: 4 tokens"):
+        replay(SuffixDrafter(VOCAB), method, PROMPT, [1, 2, 3, 4], 3)
+    with pytest.raises(ValueError, match="^prompt: empty"):
+        replay(SuffixDrafter(VOCAB), method, [], [1], 3)
+    with pytest.raises(ValueError, match="^method: suffix drafts are a fixed set"):
+        replay(SuffixDrafter(VOCAB), build_method("tree", num_drafts=2, depth=2, verifier="kseq"), PROMPT, [1], 3)

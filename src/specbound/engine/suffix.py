@@ -325,3 +325,43 @@ class SuffixDrafter:
             if b not in kept and row is not None:
                 self.history.add(row.context[row.start:], row.context[: row.start])
         self._rows = [self._rows[b] if b < len(self._rows) else None for b in rows]
+
+
+def replay(drafter: SuffixDrafter, method, prompt, text, max_new_tokens: int,
+           generator: torch.Generator | None = None) -> list[int]:
+    """The drafts accepted at each step when suffix decoding with ``drafter`` and ``method``
+    emits ``text`` after ``prompt``; then ``text`` joins the drafter's history, as a finished
+    sequence's output does (``select_rows``).
+
+    Exact in law, with no target forward: where ``text`` is a sample of the target's law, the
+    accepted lengths are a sample of the engine's. At a node the drafts are a fixed set S and
+    a lossless verifier that accepts the most (module docstring) emits the target's token
+    y ~ p(·|node) and descends into y's child exactly when y ∈ S, so the emitted text is the
+    target's sample and each step accepts the deepest drafted path it begins with; every step's
+    tree is cut at the depth the decoder cuts it (``max_new_tokens`` − emitted − 1). Tokens per
+    target call (prefill excluded): ``len(text) / len(steps)``."""
+    check_method(method)
+    max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    if len(text) > max_new_tokens:
+        raise ValueError(f"text: {len(text)} tokens, more than max_new_tokens = {max_new_tokens}")
+    if not prompt:
+        raise ValueError("prompt: empty; the drafter drafts below the context's last token")
+    generator = generator if generator is not None else torch.Generator().manual_seed(0)
+    context = [int(token) for token in prompt]
+    text = [int(token) for token in text]
+    row = _Row(context, len(context), drafter.history.snapshot())
+    accepted, emitted = [], 0
+    while emitted < len(text):
+        depth = min(method.depth, max_new_tokens - emitted - 1)
+        tree = drafter.draft_one(row.sources(), context, method, depth, generator)
+        node, length = 0, 0
+        for token in text[emitted : emitted + depth]:
+            node = tree.children[node].get(token)
+            if node is None:
+                break
+            length += 1
+        accepted.append(length)
+        context.extend(text[emitted : emitted + length + 1])
+        emitted += length + 1
+    drafter.history.add(text, prompt)
+    return accepted
