@@ -11,7 +11,9 @@ import torch
 from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, Processing
 from specbound.engine.methods import Budget, Levels, build_method
-from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations, replay
+from specbound.engine.drafters import ModelDrafter, PromptLookupDrafter
+from specbound.engine.replay import replay
+from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations
 
 PROMPT = [2, 1]
 NEW_TOKENS = 3
@@ -317,27 +319,33 @@ def test_a_second_request_to_a_server_drafts_from_the_first():
 
 
 # -- replay ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("case", [*CASES.values(), ("chain", {"gamma": 3}, "prompt-lookup")],
+                         ids=[*CASES.keys(), "chain-prompt-lookup"])
 def test_replaying_the_engine_s_output_gives_its_accepted_lengths_step_by_step(case, target_model):
     """``replay`` of a text the engine emitted accepts at every step what the engine accepted:
     a lossless verifier of fixed drafts accepts the deepest drafted path its own emitted
-    tokens begin with, pointwise (``engine.suffix.replay``). Each output joins both
+    tokens begin with, pointwise (``engine.replay``). Each output joins both suffix
     drafters' histories, so later sequences draft from a history that grew alike."""
-    name, options = case
+    name, options, *lookup = case
     method = build_method(name, **options)
-    decoder = suffix_decoder(CausalLM(target_model), history_of(likely_outputs(target_model)))
-    replayer = SuffixDrafter(VOCAB, history_of(likely_outputs(target_model)))
+    if lookup:
+        decoder = Decoder(CausalLM(target_model), PromptLookupDrafter(VOCAB), Processing(), eos_token_ids=[EOS])
+        replayer, prompt = PromptLookupDrafter(VOCAB), [1, 2, 3, 1, 2, 3, 1, 2]
+    else:
+        decoder = suffix_decoder(CausalLM(target_model), history_of(likely_outputs(target_model)))
+        replayer, prompt = SuffixDrafter(VOCAB, history_of(likely_outputs(target_model))), PROMPT
     drafted = 0
     for seed in range(30):
-        generation = decoder.generate(PROMPT, method, 6, torch.Generator().manual_seed(seed))
-        accepted = replay(replayer, method, PROMPT, generation.tokens, 6)
+        generation = decoder.generate(prompt, method, 6, torch.Generator().manual_seed(seed))
+        accepted = replay(replayer, method, prompt, generation.tokens, 6)
         assert accepted == generation.stats.accepted_lengths, seed
         drafted += sum(accepted)
     assert drafted >= 20  # drafts were accepted: the comparison was not of empty steps
-    assert replayer.history.num_tokens == decoder.drafter.history.num_tokens
+    if not lookup:
+        assert replayer.history.num_tokens == decoder.drafter.history.num_tokens
 
 
-def test_replay_refuses_a_text_longer_than_its_budget_and_an_empty_prompt():
+def test_replay_refuses_what_it_cannot_replay(target_model, draft_model):
     method = build_method("chain", gamma=2)
     with pytest.raises(ValueError, match="^text: 4 tokens"):
         replay(SuffixDrafter(VOCAB), method, PROMPT, [1, 2, 3, 4], 3)
@@ -345,3 +353,5 @@ def test_replay_refuses_a_text_longer_than_its_budget_and_an_empty_prompt():
         replay(SuffixDrafter(VOCAB), method, [], [1], 3)
     with pytest.raises(ValueError, match="^method: suffix drafts are a fixed set"):
         replay(SuffixDrafter(VOCAB), build_method("tree", num_drafts=2, depth=2, verifier="kseq"), PROMPT, [1], 3)
+    with pytest.raises(ValueError, match="^drafter: its drafts are a draft model's draws"):
+        replay(ModelDrafter(CausalLM(draft_model), Processing()), method, PROMPT, [1], 3)
