@@ -13,7 +13,7 @@ from specbound.engine import CausalLM, Decoder, Processing
 from specbound.engine.methods import Budget, Levels, build_method
 from specbound.engine.drafters import ModelDrafter, PromptLookupDrafter
 from specbound.engine.replay import replay
-from specbound.engine.suffix import SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations
+from specbound.engine.suffix import MIN_MATCH, SuffixDrafter, SuffixHistory, SuffixText, best_first, continuations
 
 PROMPT = [2, 1]
 NEW_TOKENS = 3
@@ -40,7 +40,7 @@ def history_of(outputs, before=PROMPT) -> SuffixHistory:
     return history
 
 
-def suffix_decoder(target_lm, history, min_match=2):
+def suffix_decoder(target_lm, history, min_match=MIN_MATCH):
     return Decoder(target_lm, SuffixDrafter(VOCAB, history, min_match=min_match), Processing(), eos_token_ids=[EOS])
 
 
@@ -52,7 +52,9 @@ def test_continuations_count_what_followed_the_longest_suffix():
     assert {token: count for token, (count, _) in trie.items()} == {3: 2, 4: 1}
     assert {token: count for token, (count, _) in trie[3][1].items()} == {9: 1, 8: 1}
     assert continuations(texts, [6, 6], depth=2) == (0, {})
-    assert continuations(texts, [0, 2], depth=2) == (0, {})  # only "2" matches: too short
+    assert continuations(texts, [0, 2], depth=2, min_match=2) == (0, {})  # only "2" matches: too short
+    total, trie = continuations(texts, [0, 2], depth=1)  # ... but long enough by default: "2" three times
+    assert total == 3 and {token: count for token, (count, _) in trie.items()} == {3: 2, 4: 1}
     assert continuations(texts, [0, 2, 3, 9], depth=2, min_match=4) == (0, {})  # "2 3 9" is 3 tokens
 
 

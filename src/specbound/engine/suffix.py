@@ -2,14 +2,17 @@
 suffix, in the request itself and in earlier outputs (after Oliaro et al. 2024,
 "SuffixDecoding", arXiv 2411.04975; SPEC.md §6, deterministic drafts).
 
-**The structure.** A ``SuffixText`` is a token sequence with an index (pair of consecutive
-tokens) → positions. The drafter reads two kinds: the current request's context (its prompt and the tokens
-emitted so far, indexed as it grows) and a ``SuffixHistory`` of earlier outputs, each kept
-with the ``max_match`` tokens before it, oldest first, at most ``max_tokens`` tokens in
-all (the oldest outputs evicted). At each step the drafter finds the occurrences of the
-longest suffix of the context (at most ``max_match`` tokens, at least ``min_match`` ≥ 2) in
-both, and counts what followed them: the counts at the nodes of the suffix tree below the
-matched suffix, up to the step's depth (``continuations``).
+**The structure.** A ``SuffixText`` is a token sequence with two indexes, pair of
+consecutive tokens → positions and token → positions. The drafter reads two kinds: the
+current request's context (its prompt and the tokens emitted so far, indexed as it grows)
+and a ``SuffixHistory`` of earlier outputs, each kept with the ``max_match`` tokens before
+it, oldest first, at most ``max_tokens`` tokens in all (the oldest outputs evicted). At each
+step the drafter finds the occurrences of the longest suffix of the context (at most
+``max_match`` tokens, at least ``min_match``) in both, and counts what followed them: the
+counts at the nodes of the suffix tree below the matched suffix, up to the step's depth
+(``continuations``). Occurrences are looked up by the context's last two tokens; where those
+occur nowhere, by its last token alone (a match of one token, whose many occurrences
+usually branch: where a tree gains most over its chain).
 
 **The tree.** The drafted tree holds the chain of the most frequent continuation, then the
 other likeliest ones, best first by count(node) / count(matched suffix) — the product of
@@ -65,34 +68,38 @@ from specbound.engine.tree import DraftTree
 
 MAX_HISTORY_TOKENS = 65_536  # earlier outputs kept (with their preceding max_match tokens), oldest evicted first
 MAX_MATCH = 16  # the longest suffix of the context looked for
-MIN_MATCH = 2  # a shorter match drafts nothing (at least 2: occurrences are indexed by token pairs)
-MAX_OCCURRENCES = 256  # occurrences of the context's last two tokens examined per step in the request, and again
-# in the history, newest first
+MIN_MATCH = 1  # a shorter match drafts nothing: at 1, the last token alone, where no two-token suffix occurs
+MAX_OCCURRENCES = 256  # occurrences of the context's last two tokens (else its last one) examined per step in the
+# request, and again in the history, newest first
 
 
 class SuffixText:
-    """A token sequence and, for each pair of consecutive tokens, the positions where the
-    pair ends and a continuation follows (every position from ``first`` on but the last).
-    ``extend`` appends."""
+    """A token sequence and, for each pair of consecutive tokens and for each token, the
+    positions where it ends and a continuation follows (every position from ``first`` on but
+    the last). ``extend`` appends."""
 
     def __init__(self, tokens=(), first: int = 0):
         self.tokens: list[int] = []
         self.first = first  # positions before it are context only: matched against, never continued from
-        self._positions: dict[int, list[int]] = {}
+        self._positions: dict[tuple[int, int], list[int]] = {}
+        self._token_positions: dict[int, list[int]] = {}
         self.extend(tokens)
 
     def __len__(self) -> int:
         return len(self.tokens)
 
     def extend(self, tokens) -> None:
-        start = max(self.first, len(self.tokens) - 1, 1)
+        start = max(self.first, len(self.tokens) - 1, 0)
         self.tokens.extend(int(token) for token in tokens)
         for position in range(start, len(self.tokens) - 1):
-            self._positions.setdefault((self.tokens[position - 1], self.tokens[position]), []).append(position)
+            self._token_positions.setdefault(self.tokens[position], []).append(position)
+            if position:
+                self._positions.setdefault((self.tokens[position - 1], self.tokens[position]), []).append(position)
 
-    def occurrences(self, pair: tuple[int, int], limit: int) -> list[int]:
-        """The latest ``limit`` positions where ``pair`` ends and a continuation follows, newest first."""
-        positions = self._positions.get(pair, [])
+    def occurrences(self, suffix: tuple[int, ...], limit: int) -> list[int]:
+        """The latest ``limit`` positions where ``suffix`` (two tokens, or one) ends and a
+        continuation follows, newest first."""
+        positions = self._positions.get(suffix, []) if len(suffix) == 2 else self._token_positions.get(suffix[0], [])
         return positions[: -limit - 1 : -1]
 
     def match_length(self, position: int, context: list[int], max_match: int) -> int:
@@ -158,25 +165,29 @@ class _Row:
 def continuations(sources: list[list[SuffixText]], context: list[int], depth: int, max_match: int = MAX_MATCH,
                   min_match: int = MIN_MATCH, max_occurrences: int = MAX_OCCURRENCES) -> tuple[int, dict]:
     """The suffix tree's counts below the longest suffix of ``context`` found in the texts of
-    ``sources`` (at most ``max_occurrences`` of its last two tokens examined in each source, in
-    order): (its number of occurrences, a trie token → [count, trie] of what followed them,
-    at most ``depth`` tokens deep). (0, {}) where no suffix of ``min_match`` tokens occurs."""
-    if len(context) < 2:
-        return 0, {}
-    pair, found, longest = (context[-2], context[-1]), [], 0
-    for texts in sources:
-        examined = 0
-        for text in texts:
-            positions = text.occurrences(pair, max_occurrences - examined)
-            examined += len(positions)
-            for position in positions:
-                length = text.match_length(position, context, max_match)
-                if length > longest:
-                    found, longest = [], length
-                if length == longest:
-                    found.append((text, position))
-            if examined >= max_occurrences:
-                break
+    ``sources`` (at most ``max_occurrences`` occurrences of its last two tokens examined in each
+    source, in order; where the two occur nowhere and ``min_match`` is 1, of its last token):
+    (its number of occurrences, a trie token → [count, trie] of what followed them, at most
+    ``depth`` tokens deep). (0, {}) where no suffix of ``min_match`` tokens occurs."""
+    found, longest = [], 0
+    for suffix in (tuple(context[-2:]), tuple(context[-1:])) if len(context) >= 2 else (tuple(context),):
+        if len(suffix) < min_match or not suffix:
+            break
+        for texts in sources:
+            examined = 0
+            for text in texts:
+                positions = text.occurrences(suffix, max_occurrences - examined)
+                examined += len(positions)
+                for position in positions:
+                    length = text.match_length(position, context, max_match)
+                    if length > longest:
+                        found, longest = [], length
+                    if length == longest:
+                        found.append((text, position))
+                if examined >= max_occurrences:
+                    break
+        if found:
+            break
     if longest < min_match:
         return 0, {}
     trie: dict = {}
@@ -263,8 +274,8 @@ class SuffixDrafter:
             raise TypeError(f"history: expected a SuffixHistory or None, got {type(history).__name__}")
         self.max_match = positive_int("max_match", max_match)
         self.min_match = positive_int("min_match", min_match)
-        if not 2 <= self.min_match <= self.max_match:
-            raise ValueError(f"min_match, max_match: need 2 <= min_match <= max_match, got {min_match}, {max_match}")
+        if not self.min_match <= self.max_match:
+            raise ValueError(f"min_match, max_match: need 1 <= min_match <= max_match, got {min_match}, {max_match}")
         self.max_occurrences = positive_int("max_occurrences", max_occurrences)
         self.device = torch.device(device)
         self._rows: list[_Row | None] = []
