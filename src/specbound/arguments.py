@@ -90,10 +90,14 @@ class _DefaultInt(int):
     pass
 
 
-_MARKED = {str: _DefaultText, list: _DefaultList, int: _DefaultInt}
+class _DefaultFloat(float):
+    pass
 
 
-def default(value: str | list | int):
+_MARKED = {str: _DefaultText, list: _DefaultList, int: _DefaultInt, float: _DefaultFloat}
+
+
+def default(value: str | list | int | float):
     """``value`` marked as an option's default: argparse hands a default over as it is (a
     string one unparsed when the option has no ``type``), so ``given`` tells it apart from
     the same value given on the command line — to refuse an option only where it was given

@@ -28,7 +28,7 @@ from specbound.engine.backends import CHOICES as BACKENDS
 from specbound.models import DTYPES
 from specbound.models.backends import resolve_backend
 from specbound.studies.cluster import check_reachable, import_ray
-from specbound.studies.options import STUDY_OPTIONS
+from specbound.studies.options import STUDY_OPTIONS, apply_drafter
 from specbound.studies.records import check_free
 
 DEFAULT_OUT = Path("specbound-results")
@@ -38,6 +38,8 @@ RAY_ADDRESS = re.compile(r"(ray://)?(\[[0-9A-Fa-f:]+\]|[\w.-]+):(\d{1,5})")
 
 def run(args: argparse.Namespace) -> int:
     preset_datasets = apply_preset(args)
+    STUDY_OPTIONS[args.study].check(args)  # settings that span options (studies.sizes), before anything loads
+    apply_drafter(args)  # --drafter suffix: no draft model, and the options it leaves unused refused
     prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset if name not in preset_datasets
                    or _available(name)]
     if args.batch_size is not None:
@@ -50,11 +52,6 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         import_ray()
         check_reachable(args.ray, "--ray")
-    from specbound.engine.methods import check_drafted  # numba and scipy, not torch
-
-    if isinstance(getattr(args, "gamma", None), int):  # the lookahead of a study's chain (acceptance, bias)
-        check_drafted("chain", gamma=args.gamma)
-
     import torch  # the studies and the engine, after every check of the options above
 
     from specbound.models.pair import load_pair
@@ -169,7 +166,8 @@ def _common(parser) -> None:
                         help=f"results folder (default {DEFAULT_OUT})")
     parser.add_argument("--target", default="default-target",
                         help="target model: embedded name, .gguf file or HF folder (default default-target)")
-    parser.add_argument("--draft", default="default-draft", help="draft model (default default-draft)")
+    parser.add_argument("--draft", default=arguments.default("default-draft"),
+                        help="draft model (default default-draft)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bfloat16", help="model dtype (bfloat16)")
     parser.add_argument("--backend", choices=list(BACKENDS), default="auto",
                         help="llama.cpp (GGUF files as they are; rows as llama.cpp computes them), torch (the "

@@ -77,6 +77,12 @@ class Study:
     def units(self, prompts: list[Prompt]) -> list[Unit]:
         raise NotImplementedError
 
+    def begin(self, pair: ModelPair, units: list[Unit], directory: Path) -> None:
+        """Called once a run's pair has loaded, before its pending units, with every unit of
+        the run in order and its results folder (holding the units written before): a study
+        whose units draw on earlier ones restores that state here (the acceptance study's
+        suffix history). By default nothing."""
+
     def trace_request(self, pair: ModelPair, unit: Unit):
         """How the unit's text is generated (``traces.TraceRequest``); a study that decodes
         its units otherwise overrides ``run_unit`` instead (its units then run one by one)."""
@@ -92,23 +98,25 @@ class Study:
     def run_units(self, pair: ModelPair, units: list[Unit], generators: list[torch.Generator]) -> list[UnitOutput]:
         """The records of several units: units whose texts are generated alike decode
         together in one batch (``traces.generate_traces``) — each gets exactly the text it
-        gets alone with its generator, so the records are those of one-by-one runs."""
+        gets alone with its generator, so the records are those of one-by-one runs. The
+        records are made in unit order, once every text is generated."""
         from specbound.studies.traces import check_one_tokenizer, generate_traces
 
         check_one_tokenizer(pair)
         if type(self).trace_request is Study.trace_request:  # decodes its own way: one by one
             return [type(self).run_unit(self, pair, unit, generator) for unit, generator in zip(units, generators)]
         requests = [self.trace_request(pair, unit) for unit in units]
-        outputs = [None] * len(units)
+        traces = [None] * len(units)
         groups: dict[tuple, list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault(request.key, []).append(index)
         for indices in groups.values():
-            traces = generate_traces(pair, requests[indices[0]], [pair.encode(units[i].prompt.text) for i in indices],
-                                     [generators[i] for i in indices])
-            for index, trace in zip(indices, traces):
-                outputs[index] = self.unit_output(pair, units[index], requests[index], trace)
-        return outputs
+            generated = generate_traces(pair, requests[indices[0]],
+                                        [pair.encode(units[i].prompt.text) for i in indices],
+                                        [generators[i] for i in indices])
+            for index, trace in zip(indices, generated):
+                traces[index] = trace
+        return [self.unit_output(pair, unit, request, trace) for unit, request, trace in zip(units, requests, traces)]
 
     def batch_key(self, unit: Unit):
         """Units with equal keys may run in one batch (the same generation settings)."""

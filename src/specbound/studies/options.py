@@ -1,8 +1,10 @@
 """Every study's name, help, report position, record fields, command-line options and
-presets, in a module that imports neither torch nor the engine: ``specbound study`` builds
-its whole parser from ``STUDY_OPTIONS`` and refuses an unknown study, a bad option or preset
-in a moment, and ``records`` checks a study's files by its fields, before the studies
-(``base.STUDIES``, whose modules import torch) load. ``base.register_study`` gives each
+presets, in a module that imports neither torch nor the engine's registries: ``specbound
+study`` builds its whole parser from ``STUDY_OPTIONS`` and refuses an unknown study, a bad
+option or preset in a moment — a size beyond the drafted tokens one target call verifies
+(``engine.drafted``) as its option is parsed, settings that span options by the entry's
+``check`` (``sizes``) — and ``records`` checks a study's files by its fields, before the
+studies (``base.STUDIES``, whose modules import torch) load. ``base.register_study`` gives each
 study class its entry's ``help``, ``order``, ``record_fields``, ``presets`` and
 ``add_arguments``; what the options build (``Study.from_arguments``) stays with the class.
 
@@ -19,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specbound import arguments
+from specbound.engine.drafted import check_drafted
 from specbound.studies.fields import (GENERATION_FIELDS, GENERATION_SETTINGS, INTEGER, MAPPING, NUMBER, TEXT,
                                       RecordFields, list_of, mapping_of, optional)
+from specbound.studies.sizes import check_some_configuration, drafted_lookahead
 
 # The acceptance study's methods: α* of every draft scheme, then the scalable lossless verifiers.
 ACCEPTANCE_METHODS = ("optimal_with_replacement", "optimal_without_replacement", "optimal_greedy",
@@ -34,6 +38,7 @@ DECIDERS = ("multistep", "tokenwise")
 # Hu et al.'s tasks (Alpaca, CNN/DailyMail, WMT'14 De-En, MT-Bench) as far as prompt sets exist here:
 # the authored stand-ins for the first three, the real MT-Bench and MMLU sets, and the edit set
 HU2025_DATASETS = ("instructions", "summarize", "translate_de_en", "mt_bench", "mmlu", "edit")
+DRAFTERS = ("model", "suffix")  # who drafts in the acceptance study: the draft model, or suffix decoding
 
 
 
@@ -93,7 +98,8 @@ class StudyPreset:
 class StudyOptions:
     """What ``specbound study NAME`` and ``specbound report`` know of a study before it
     loads: its one-line help, its position in the report, what its records hold, its own
-    options (``add_arguments(parser)``) and its presets (name -> ``StudyPreset``)."""
+    options (``add_arguments(parser)``), its presets (name -> ``StudyPreset``) and the check
+    of its settings that span options (``check(args)``, raising ValueError)."""
 
     name: str
     help: str
@@ -101,6 +107,7 @@ class StudyOptions:
     record_fields: RecordFields
     add_arguments: Callable[[argparse.ArgumentParser], None]
     presets: dict = field(default_factory=dict)
+    check: Callable[[argparse.Namespace], None] = lambda args: None
 
 
 HU2025 = StudyPreset(
@@ -115,21 +122,56 @@ HU2025 = StudyPreset(
 
 def acceptance_arguments(parser: argparse.ArgumentParser) -> None:
     methods = list(ACCEPTANCE_METHODS)
-    parser.add_argument("--num-drafts", type=arguments.comma_list(arguments.positive_int), default=[3],
+    parser.add_argument("--num-drafts", type=arguments.comma_list(arguments.positive_int),
+                        default=arguments.default([3]),
                         help="numbers of drafts n, comma-separated (default 3; ablation: 2,3,4,6)")
-    parser.add_argument("--methods", type=arguments.names(methods), default=methods,
+    parser.add_argument("--methods", type=arguments.names(methods), default=arguments.default(methods),
                         help=f"methods, comma-separated (default all: {', '.join(methods)})")
-    parser.add_argument("--gamma", type=arguments.non_negative_int, default=0,
+    parser.add_argument("--gamma", type=_drafted(arguments.non_negative_int, "chain", "gamma"),
+                        default=arguments.default(0),
                         help="lookahead of the lossless chain that generates the text; 0 = autoregressive "
                         "(default 0)")
     parser.add_argument("--workers", type=arguments.integer(1, os.cpu_count() or 1),
-                        default=min(2, os.cpu_count() or 1),
+                        default=arguments.default(min(2, os.cpu_count() or 1)),
                         help="processes for the exact computations (default: 2, or 1 on one core)")
     parser.add_argument("--tail-budget", type=arguments.number(0.0, LARGEST_TAIL_BUDGET),
-                        default=DEFAULT_TAIL_BUDGET,
+                        default=arguments.default(DEFAULT_TAIL_BUDGET),
                         help="drop each row's least likely tokens before the exact computations while the "
                         "bound on the move of the acceptances (proven for α*, tested for the verifiers) stays "
                         f"below this (default {DEFAULT_TAIL_BUDGET:g}, recorded per position; 0 = exact)")
+    parser.add_argument("--drafter", choices=DRAFTERS, default="model",
+                        help="who drafts: the draft model (default) or suffix decoding, which loads none: the exact "
+                        "acceptance p(S) of its drafts S at every position (S a fixed set: also α*) beside its "
+                        "chain's, and the tokens per target call of its tree and chain replayed on each text; its "
+                        "history of earlier outputs spans the prompts, in unit order. The draft model's options, "
+                        "--preset and --ray are refused with it (docs/studies.md)")
+
+
+# What ``--drafter suffix`` leaves unused or cannot do: option -> why.
+SUFFIX_REFUSES = {  # --preset first: it sets --num-drafts and --methods
+    "--preset": "sets the draft model's methods, which --drafter suffix does not run",
+    "--draft": "chooses the draft model, which --drafter suffix does not load (it drafts from the text)",
+    "--num-drafts": "sets the draft model's methods, which --drafter suffix does not run",
+    "--methods": "chooses the draft model's methods, which --drafter suffix does not run",
+    "--gamma": "generates the text with the draft model, which --drafter suffix does not load",
+    "--tail-budget": "cuts the draft model's rows; --drafter suffix reads whole target rows",
+    "--workers": "spreads the draft model's exact part, which --drafter suffix does not run",
+    "--ray": "spreads units over workers, while --drafter suffix drafts from every earlier unit's output, "
+             "kept in one process",
+}
+
+
+def apply_drafter(args: argparse.Namespace) -> None:
+    """With ``--drafter suffix``: refuse, before anything loads, an option given that it
+    leaves unused or cannot honour (``SUFFIX_REFUSES``), then ask for no draft model
+    (``args.draft`` None)."""
+    if getattr(args, "drafter", "model") != "suffix":
+        return
+    for flag, why in SUFFIX_REFUSES.items():
+        dest = flag.removeprefix("--").replace("-", "_")
+        if arguments.given(getattr(args, dest, None)):
+            raise ValueError(f"{dest}: {flag} {why}; leave {flag} out or use --drafter model")
+    args.draft = None
 
 
 def rejections_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,21 +188,24 @@ def bias_arguments(parser: argparse.ArgumentParser) -> None:
                         help="ε values (default 0.1,0.2,0.4,0.8)")
     parser.add_argument("--methods", type=arguments.names(BIASED_METHODS), default=list(BIASED_METHODS),
                         help="biased methods (default decoding_opt,decoding_uno)")
-    parser.add_argument("--gamma", type=arguments.positive_int, default=4,
+    parser.add_argument("--gamma", type=_drafted(arguments.positive_int, "chain", "gamma"), default=4,
                         help="lookahead γ of every chain (default 4)")
 
 
 def multistep_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gammas", type=_option_list(_positive, "2,4"), default=[2, 4],
+    parser.add_argument("--gammas", type=_option_list(_drafted(_positive, "chain", "gamma"), "2,4"), default=[2, 4],
                         help="chain lookaheads γ (default 2,4; 'none': no chains)")
-    parser.add_argument("--trees", type=_option_list(_pair_of_positives("x"), "2x2,3x3"),
+    parser.add_argument("--trees", type=_option_list(_drafted(_pair_of_positives("x"), "tree", "num_drafts", "depth"),
+                                                     "2x2,3x3"),
                         default=[(2, 2), (3, 3)],
                         help="trees NxD: N drafts per node (without replacement), D levels "
                         "(default 2x2,3x3; 'none': no trees)")
-    parser.add_argument("--iid-trees", type=_option_list(_pair_of_positives("x"), "2x2"), default=[],
+    parser.add_argument("--iid-trees", default=[],
+                        type=_option_list(_drafted(_pair_of_positives("x"), "tree", "num_drafts", "depth"), "2x2"),
                         help="trees NxD drafted i.i.d. (with replacement), decided by UniVer with Global "
                         "Resolution plans; token-wise RRS and traversal on the same trees (default none)")
-    parser.add_argument("--sparse", type=_option_list(_pair_of_positives("/"), "8/4"), default=[],
+    parser.add_argument("--sparse", type=_option_list(_drafted(_pair_of_positives("/"), "sparse", "budget", "depth"),
+                                                      "8/4"), default=[],
                         help="budgeted sparse trees BUDGET/DEPTH (width 4, at most 4 children a node; "
                         "default none)")
     parser.add_argument("--decide", choices=DECIDERS, default="multistep",
@@ -169,6 +214,34 @@ def multistep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimum-limit", type=_entries, default=DEFAULT_OPTIMUM_LIMIT,
                         help="largest LP of the multi-step optimum, in entries per step "
                         f"(default {DEFAULT_OPTIMUM_LIMIT:,}: tiny vocabularies only; 0: never)")
+
+
+def multistep_check(args: argparse.Namespace) -> None:
+    check_some_configuration(args.gammas, args.trees, args.sparse, args.iid_trees)
+
+
+def rejections_check(args: argparse.Namespace) -> None:
+    """Every chain's and batch's lookahead over the horizon (--max-new-tokens), as the study
+    builds its configurations (``rejections.decoding_configs``)."""
+    for num_drafts, lookahead in ([(1, lookahead) for lookahead in args.lookaheads]
+                                  + [(size, args.batch_lookahead) for size in args.batch_sizes]):
+        drafted_lookahead(num_drafts, lookahead, args.max_new_tokens)
+
+
+def _drafted(parse, method: str, *sizes: str):
+    """``parse``, then the engine's limit on the drafted tokens one target call verifies
+    (``engine.drafted.check_drafted``) for ``method`` at the sizes it read (named ``sizes``,
+    in order): a value beyond it is refused as the option is parsed."""
+    def parse_within_limit(text: str):
+        value = parse(text)
+        if value is not None:
+            try:
+                check_drafted(method, **dict(zip(sizes, value if isinstance(value, tuple) else (value,))))
+            except ValueError as error:
+                raise argparse.ArgumentTypeError(str(error)) from None
+        return value
+
+    return parse_within_limit
 
 
 def _option_list(parse_item, example: str):
@@ -214,7 +287,7 @@ STUDY_OPTIONS: dict[str, StudyOptions] = {options.name: options for options in (
     StudyOptions("bias", "Decoding-OPT vs Decoding-UNO: exact bias, rejection, speed [YIN]", 2, BIAS_FIELDS,
                  bias_arguments),
     StudyOptions("multistep", "token-wise vs block vs traversal verification on the same drafted steps, and the "
-                 "multi-step optimum", 3, MULTISTEP_FIELDS, multistep_arguments),
+                 "multi-step optimum", 3, MULTISTEP_FIELDS, multistep_arguments, check=multistep_check),
     StudyOptions("rejections", "predicted vs measured rejections along real text [YIN]", 1, REJECTIONS_FIELDS,
-                 rejections_arguments),
+                 rejections_arguments, check=rejections_check),
 )}

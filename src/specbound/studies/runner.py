@@ -59,6 +59,7 @@ def run_pending(study: Study, pair: ModelPair, writer: StudyWriter, batch_size: 
     all results read back from disk."""
     positive_int("batch_size", batch_size)
     writer.store_models(pair.description)
+    study.begin(pair, writer.units, writer.directory)
     for batch in batches(study, writer.pending, batch_size):
         writer.append(batch, *run_batch(study, pair, batch, writer.seed))
     return read_results(writer.directory)
