@@ -106,7 +106,6 @@ BEFORE_TORCH = [  # (arguments, the option the one-line refusal names): values c
     (["study", "acceptance", "--limit", "0"], "--limit"),
     (["study", "bias", "--top-p", "2"], "--top-p"),
     (["study", "acceptance", "--ray", "bad"], "--ray"),
-    (["study", "bias", "--gamma", "5000"], "gamma"),  # over the engine's drafted tokens per call
     (["report", "{empty}"], "results"),
 ]
 BEFORE_TORCH_CODE = """
@@ -150,6 +149,19 @@ STUDY_BEFORE_TORCH = [  # (arguments, the option the refusal names): the study's
     (["study", "acceptance", "--preset", "nope"], "--preset"),
     (["study", "acceptance", "--num-drafts", "0"], "--num-drafts"),
     (["study", "multistep", "--trees", "0x2"], "--trees"),
+    # sizes beyond the drafted tokens one target call verifies (engine.drafted), refused as they are parsed
+    (["study", "bias", "--gamma", "5000"], "--gamma"),
+    (["study", "acceptance", "--gamma", "5000"], "--gamma"),
+    (["study", "multistep", "--gammas", "2,5000"], "--gammas"),
+    (["study", "multistep", "--trees", "64x4"], "--trees"),
+    (["study", "multistep", "--trees", "2x5000"], "--trees"),
+    (["study", "multistep", "--iid-trees", "64x4"], "--iid-trees"),
+    (["study", "multistep", "--sparse", "5000/4"], "--sparse"),
+    # settings that span options (studies.sizes), refused by the study's check before the studies load
+    (["study", "multistep", "--gammas", "none", "--trees", "none"], "trees"),
+    (["study", "rejections", "--batch-sizes", "64"], "batch_sizes"),  # M = 64 drafts at γ = the horizon, 128
+    (["study", "rejections", "--lookaheads", "5000", "--max-new-tokens", "6000"], "lookaheads"),
+    (["study", "rejections", "--max-new-tokens", "5000"], "max_new_tokens"),  # lookahead inf drafts the horizon
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{held}"], "--out"),
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{free}", "--ray", "127.0.0.1:1"], "--ray"),
     (["report", "{held}"], "results"),  # settings without a finished run
@@ -161,11 +173,14 @@ STUDY_CODE = BEFORE_TORCH_CODE.replace('("torch", "transformers", "llama_cpp")',
 
 def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load(prompts, tmp_path):
     """``specbound study`` reads the studies' names, options and presets without torch
-    (``studies.options``): an unknown study, a bad option of a study's own, a results folder
-    another run holds and an unreachable ``--ray`` are refused (status 2, naming the option)
-    before the studies' registry loads torch, numba, scipy or matplotlib; so are results
-    ``specbound report`` cannot render (their fields are read without the studies too).
-    Nothing listens on port 1."""
+    (``studies.options``): an unknown study, a bad option of a study's own, a size beyond
+    the engine's drafted tokens per target call (``engine.drafted``, as the option is parsed;
+    across options, ``studies.sizes``), a results folder another run holds and an
+    unreachable ``--ray`` are refused (status 2, naming the option) before the studies'
+    registry loads torch, numba, scipy or matplotlib; so are results ``specbound report``
+    cannot render (their fields are read without the studies too). The multistep and
+    rejections studies' sizes used to be refused by their constructors, after the studies'
+    imports. Nothing listens on port 1."""
     from specbound.studies.records import ResultsStore
 
     held, lacking = tmp_path / "held", tmp_path / "lacking" / "acceptance" / "x"
@@ -175,7 +190,7 @@ def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load
               for argument in arguments] for arguments, _ in STUDY_BEFORE_TORCH]
     with ResultsStore(held / "acceptance" / "prompts", {"study": "acceptance"}):  # another run's lock
         finished = subprocess.run([sys.executable, "-c", STUDY_CODE, json.dumps(calls)], capture_output=True,
-                                  text=True, timeout=300)
+                                  text=True, timeout=300, cwd=tmp_path)  # the default --out: below tmp_path
     assert finished.returncode == 0, finished.stderr
     report = json.loads(finished.stdout)
     for (arguments, option), (status, message) in zip(STUDY_BEFORE_TORCH, report["results"]):

@@ -56,6 +56,7 @@ from specbound.studies.base import Study, Unit, UnitOutput, register_study, sett
 from specbound.studies.multistep_report import ladder_table, multistep_report, multistep_table
 from specbound.studies.options import DECIDERS, DEFAULT_OPTIMUM_LIMIT
 from specbound.studies.records import StudyResults
+from specbound.studies.sizes import check_some_configuration
 from specbound.studies.traces import Trace, checked_generation_settings, generation_summary
 from specbound.verifiers import get_verifier
 from specbound.verifiers.enumeration import TreeDrafter
@@ -122,8 +123,7 @@ def multistep_configs(gammas, trees, sparse, iid_trees=()) -> list[MultistepConf
     configs += [MultistepConfig("iid_tree", positive_int("iid_trees", n), positive_int("iid_trees", d))
                 for n, d in iid_trees]
     configs += [MultistepConfig("sparse", positive_int("sparse", b), positive_int("sparse", d)) for b, d in sparse]
-    if not configs:
-        raise ValueError("gammas, trees, sparse: expected at least one configuration")
+    check_some_configuration(gammas, trees, sparse, iid_trees)
     for config in configs:
         config.method("multistep")  # checks what the engine checks
     return list(dict.fromkeys(configs))

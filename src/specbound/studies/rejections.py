@@ -36,6 +36,7 @@ from specbound.statistics import mean_and_standard_error
 from specbound.studies.base import Study, Unit, UnitOutput, register_study, setting_units
 from specbound.studies.document import Heading, Image, Paragraph, Table, estimate, slug
 from specbound.studies.records import StudyResults
+from specbound.studies.sizes import drafted_lookahead
 from specbound.studies.trace_theory import trace_expected_cost
 from specbound.studies.traces import TraceRequest, checked_generation_settings, generation_summary, trace_probs
 
@@ -51,8 +52,9 @@ class DecodingConfig:
         return f"M={self.num_drafts},γ={lookahead}"
 
     def method(self, horizon: int) -> Method:
-        """The engine's method; a lookahead beyond the horizon drafts to the horizon (K = ∞)."""
-        gamma = min(self.lookahead or horizon, horizon)
+        """The engine's method; a lookahead beyond the horizon drafts to the horizon (K = ∞).
+        Refused, naming the setting, beyond the drafted tokens one target call verifies."""
+        gamma = drafted_lookahead(self.num_drafts, self.lookahead, horizon)
         return chain(gamma) if self.num_drafts == 1 else batch(self.num_drafts, gamma)
 
 
@@ -93,16 +95,7 @@ class RejectionsStudy(Study):
             [_lookahead(value) for value in lookaheads], list(batch_sizes), _lookahead(batch_lookahead)
         )
         for config in self.configs:  # what the engine checks (a batch no target call could verify), now
-            try:
-                config.method(self.max_new_tokens)
-            except ValueError as error:
-                if config.num_drafts > 1:
-                    fields = "batch_sizes, batch_lookahead"
-                elif config.lookahead is None or config.lookahead >= self.max_new_tokens:
-                    fields = "max_new_tokens (the horizon of lookahead inf)"
-                else:
-                    fields = "lookaheads"
-                raise ValueError(f"{fields}: {error}") from None
+            config.method(self.max_new_tokens)
         self.top_k, self.top_p = top_k, top_p
 
     @classmethod
