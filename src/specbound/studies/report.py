@@ -56,14 +56,20 @@ def _settings_blocks(studies: list[StudyResults], root: Path) -> list:
                  if key not in ("study", "dataset", "models")]
         blocks += [Heading(3, f"{settings['study']} / {settings['dataset']} settings"), Table(["setting", "value"], shown)]
     first = studies[0].settings["models"]
+    if first.get("draft") is None:  # suffix drafts: no draft model
+        models = (f"Target `{first.get('target')}` and no draft model (drafts from the texts), "
+                  f"{weights_description(first)}; vocabulary of {first.get('vocab_size')} tokens; prompts formatted "
+                  f"as {first.get('prompt_format')}. The target's logits go through the run's processing "
+                  "(temperature, top-k, top-p).")
+    else:
+        models = (f"Target `{first.get('target')}`, draft `{first.get('draft')}`, {weights_description(first)}; "
+                  f"vocabulary of {first.get('vocab_size')} tokens shared by both; prompts formatted as "
+                  f"{first.get('prompt_format')}. Target and draft logits go through the same processing "
+                  "(temperature, top-k, top-p).")
     return [
         Heading(2, "Models, settings and run time"),
-        Paragraph(
-            f"Target `{first.get('target')}`, draft `{first.get('draft')}`, {weights_description(first)}; "
-            f"vocabulary of {first.get('vocab_size')} tokens shared by both; prompts formatted as {first.get('prompt_format')}. "
-            "Target and draft logits go through the same processing (temperature, top-k, top-p). Run time is the "
-            "wall-clock of the finished runs (generation, scoring and exact computations), on this machine."
-        ),
+        Paragraph(models + " Run time is the wall-clock of the finished runs (generation, scoring and exact "
+                  "computations), on this machine."),
         Table(["study", "dataset", "folder", "target / draft", "runs", "run time"], overview),
         Paragraph("Where the time went (wall-clock; generate = the engine's generation, score = the two "
                   "scoring forwards, the rest = exact computations from the rows):"),
