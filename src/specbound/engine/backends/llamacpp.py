@@ -680,7 +680,8 @@ class LlamaCppBackend(Backend):
 
     def weights_description(self, models: dict, files: bool = True) -> str:
         """The llama.cpp backend's settings have no dtype: the GGUF files run as they are."""
-        files = files and ", ".join(str(models[key]) for key in ("target_file", "draft_file") if models.get(key) is not None)
+        files = files and ", ".join(str(models[key]) for key in ("target_file", "draft_file")
+                                    if models.get(key) is not None)
         return f"llama.cpp backend, {models.get('threads', '?')} threads" + (f" ({files})" if files else "")
 
 
