@@ -1,42 +1,50 @@
-"""Suffix decoding on a multi-turn code-editing workload: its trees against the same drafts
+"""Suffix decoding on two shipped repetitive workloads: its trees against the same drafts
 verified as a chain, prompt lookup (ours and llama-cpp-python's) and plain decoding, all on
 the embedded target's GGUF file on llama.cpp's kernels.
 
-**The workload** (shipped: ``specbound.datasets``' ``edit`` prompts). Each conversation is
-one edit prompt, then ``--turns`` − 1 revisions: turn k's prompt is the first prompt, the
-previous turn's answer and an instruction to revise it and return the whole code again
-(``REVISIONS``), so later answers repeat earlier ones with changes. Every decoder is given
-the same prompts: the answer a turn's prompt quotes is plain decoding's (it runs first in
-each unit), so the decoders differ only in how they decode. The suffix decoders keep their
-history of earlier outputs across turns and conversations, as a server does across requests.
+**Workloads** (``--workload``; prompts from ``specbound.datasets``):
+- ``edit``: each conversation is one ``edit`` prompt, then ``--turns`` − 1 revisions: turn
+  k's prompt is the first prompt, the previous turn's answer and an instruction to revise
+  it and return the whole code again (``REVISIONS``), so later answers repeat earlier ones
+  with changes. The answer a turn's prompt quotes is plain decoding's, so every decoder is
+  given the same prompts.
+- ``rollouts``: ``--samples`` answers to each ``humaneval`` prompt, one after another, as a
+  reinforcement-learning loop or best-of-n sampling asks for them: later answers repeat
+  earlier ones and branch where the target's law does.
+The suffix decoders keep their history of earlier outputs across turns, samples and
+prompts, as a server does across requests.
 
-**Decoders**, interleaved turn by turn in a rotating order (drift hits all alike):
+**Replay** (``--replay``): plain decoding alone generates the workload's texts (kept line by
+line in ``--texts``: a rerun skips what is there), then every decoder whose drafts are fixed
+by the context is replayed on the same texts (``engine.replay``): at each step it accepts
+the deepest drafted path the target's text begins with — exactly in law what the engine
+accepts, with no target forward. The decoders are compared paired, on the same texts,
+without the noise of sampling different ones: suffix trees (``SUFFIX_TREE`` and a larger
+one), the same drafts as a chain of the tree's depth (the tree's most frequent path), our
+prompt lookup. One JSON record (``drafting/suffix_replay_<workload>.json``).
+
+**Live** (default): the decoders interleaved unit by unit in a rotating order (drift hits
+all alike), timed end to end:
 - ``plain``: ours, autoregressive;
 - ``suffix tree``: ours, suffix drafts as a budgeted tree (``SUFFIX_TREE``), verified node by
   node with the optimal rule for fixed drafts (``engine.suffix``);
-- ``suffix chain``: the same drafter as a chain of the tree's depth — the tree's most frequent
-  path, verified as a chain;
+- ``suffix chain``: the same drafter as a chain of the tree's depth;
 - ``lookup``: our prompt lookup, a chain of the same depth;
 - ``llama.cpp lookup``: llama-cpp-python's ``LlamaPromptLookupDecoding`` (its defaults) in its
   own generation loop; its target calls are its ``eval`` calls after the prompt's.
 - with ``--auto``: ``auto (suffix)``, the planner choosing among plain decoding, prompt
   lookup and suffix drafts on this machine's measured costs.
 
-**Paired** (``--paired``, instead of the above): the suffix tree decoder alone, and at every
-step it drafts, the exact expected tokens of that step, 1 + Σ_v p(path to v), for the tree
-and for the chain it holds (the chain decoder's drafts for the same context), from the
-target rows of the one call: the two verified on the same contexts, without the noise of
-sampling two different texts. Recorded as one JSON object (``drafting/suffix_paired.json``).
-
 **Figures.** Tokens per target call (prefill excluded) is the robust one: it does not depend
 on the load of the machine. Tokens/s is end to end (prefill included) and, where the
-machine is shared, noisy. Ratios are of totals over the conversations, with a standard
-error by the delta method over conversations (turns of one conversation are not
-independent). One JSON line per (conversation, turn, decoder) goes to ``--output`` after the
-run's envelope (``benchmarks.record``); a rerun with the same ``--output`` skips what is
-there; the table at the end reads the whole file.
+machine is shared, noisy. Ratios are of totals, with a standard error by the delta method
+over conversations (``edit``) or prompts (``rollouts``): the units of one are not
+independent. Live: one JSON line per (conversation, unit, decoder) goes to ``--output``
+after the run's envelope (``benchmarks.record``); a rerun with the same ``--output`` skips
+what is there; the table at the end reads the whole file.
 
-    python -m benchmarks.drafting.bench_suffix --limit 4 --turns 3 --max-new-tokens 128 --threads 2
+    python -m benchmarks.drafting.bench_suffix --replay --workload rollouts --limit 8 --samples 8
+    python -m benchmarks.drafting.bench_suffix --workload edit --limit 4 --turns 3 --max-new-tokens 96 --auto
 """
 
 from __future__ import annotations
@@ -55,14 +63,17 @@ from specbound.datasets import load_prompts
 from specbound.engine import Processing, build_method
 from specbound.engine.assembly import assemble
 from specbound.engine.decode import Decoder
-from specbound.engine.methods import Levels
-from specbound.engine.suffix import SuffixDrafter, best_first, continuations
+from specbound.engine.drafters import PromptLookupDrafter
+from specbound.engine.replay import replay
+from specbound.engine.suffix import SuffixDrafter
 from specbound.models.loading import gguf_file
 from specbound.models.pair import load_pair
 
 CONTEXT = 4096  # llama-cpp-python's context for its own runs (every turn's prompt and answer fits)
 DEPTH = 8
 SUFFIX_TREE = {"budget": 16, "depth": DEPTH, "width": 4, "max_children": 3}
+SUFFIX_TREES = {"suffix tree": SUFFIX_TREE,
+                "suffix tree 32": {"budget": 32, "depth": DEPTH, "width": 8, "max_children": 4}}
 REVISIONS = (
     "Now add type hints to every function signature and return the whole code again.",
     "Now add a one-line docstring to every function and return the whole code again.",
@@ -115,89 +126,111 @@ def llama_runner(llama, temperature: float, stop_ids):
     return run
 
 
-class ChainBeside(SuffixDrafter):
-    """The suffix drafter, noting beside each tree the tokens of the chain of its depth that
-    the chain decoder would draft for the same context (``best_first`` puts it in the tree)."""
+def workload(args, pair, answer_of):
+    """The workload's units in order, as (cluster, unit, prompt ids): a conversation's turns or a
+    prompt's samples; ``answer_of(cluster, unit)`` is plain decoding's answer to a unit, asked
+    for once the caller has it (the next turn of a conversation quotes it)."""
+    if args.workload == "edit":
+        for conversation in load_prompts("edit", limit=args.limit):
+            answer = ""
+            for turn in range(args.turns):
+                yield conversation.id, turn, pair.encode(turn_prompt(conversation.text, answer, turn))
+                answer = pair.decode(answer_of(conversation.id, turn), skip_special_tokens=True)
+    else:
+        for prompt in load_prompts("humaneval", limit=args.limit):
+            prompt_ids = pair.encode(prompt.text)
+            for sample in range(args.samples):
+                yield prompt.id, sample, prompt_ids
 
-    last_chain: list[int] = []
 
-    def draft_one(self, sources, context, method, depth, generator):
-        total, trie = continuations(sources, context, depth, self.max_match, self.min_match, self.max_occurrences)
-        chain = best_first(trie, total, Levels((1,) * depth), depth) if total and depth > 0 else []
-        self.last_chain = [token for _, token, _ in chain]
-        return super().draft_one(sources, context, method, depth, generator)
-
-
-def paired(pair, processing, conversations, args) -> dict:
-    """Per drafted step of the suffix tree decoder, the exact expected tokens of its tree and of
-    the chain inside it, on the same context (module docstring)."""
-    drafter = ChainBeside(pair.vocab_size)
-    decoder = Decoder(pair.backend.language_model(pair.target, None), drafter, processing, pair.eos_token_ids)
-    method = build_method("sparse", **SUFFIX_TREE)
-    steps = []
-
-    def observe(index, tree, target_rows):
-        rows = target_rows.double().numpy()
-        rows /= rows.sum(axis=1, keepdims=True)
-        reach = np.ones(len(tree))
-        for node in range(1, len(tree)):
-            reach[node] = reach[tree.parents[node]] * rows[tree.parents[node], tree.tokens[node]]
-        node, chain = 0, 0.0
-        for token in drafter.last_chain:
-            node = tree.children[node][token]  # KeyError: the tree does not hold the chain
-            chain += reach[node]
-        steps.append((conversation_index, 1.0 + reach[1:].sum(), 1.0 + chain))
-
-    units = 0
-    for conversation_index, conversation in enumerate(conversations):
-        answer = ""
-        for turn in range(args.turns):
-            prompt_ids = pair.encode(turn_prompt(conversation.text, answer, turn))
-            generation = decoder.generate(prompt_ids, method, args.max_new_tokens,
-                                          torch.Generator().manual_seed(args.seed + units), observer=observe)
-            answer = pair.decode(generation.tokens, skip_special_tokens=True)
-            units += 1
-    by_conversation = np.zeros((len(conversations), 2))  # [conversation, (tree, chain)] expected tokens summed
-    for index, tree, chain in steps:
-        by_conversation[index] += (tree, chain)
-    totals = by_conversation.sum(axis=0)
-    ratio = totals[0] / totals[1]
-    influence = by_conversation[:, 0] / totals[0] - by_conversation[:, 1] / totals[1]  # delta method, per conversation
-    clusters = len(conversations)
-    error = float(ratio * np.sqrt(clusters / (clusters - 1) * (influence ** 2).sum())) if clusters > 1 else float("nan")
-    return {"steps": len(steps), "tree_expected_tokens_per_step": by_conversation[:, 0].sum() / len(steps),
-            "chain_expected_tokens_per_step": by_conversation[:, 1].sum() / len(steps),
-            "ratio": ratio, "standard_error": error, "by_conversation": by_conversation.tolist(),
-            "conversations": [conversation.id for conversation in conversations]}
+def replayed(pair, processing, args) -> dict:
+    """Plain decoding's texts of the workload (generated into ``args.texts`` where missing), then
+    every fixed-draft decoder replayed on them (module docstring)."""
+    texts = {(line["cluster"], line["unit"]): line for line in record.results(args.texts)
+             if line["max_new_tokens"] == args.max_new_tokens and line["temperature"] == args.temperature}
+    plain = engine_runner(*assemble(pair, processing, build_method("autoregressive")))
+    lines = None
+    order = []
+    for index, (cluster, unit, prompt_ids) in enumerate(workload(args, pair, lambda *key: texts[key]["tokens"])):
+        if (cluster, unit) not in texts:
+            lines = lines or record.Lines(args.texts)
+            started = time.perf_counter()
+            tokens, _ = plain(prompt_ids, args.seed + index, args.max_new_tokens)
+            texts[cluster, unit] = {"cluster": cluster, "unit": unit, "prompt": prompt_ids, "tokens": list(tokens),
+                                    "max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
+            lines.append(texts[cluster, unit])
+            print(f"{cluster} {unit}: {len(tokens)} tokens in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        order.append((cluster, unit))
+    decoders = {
+        **{label: (SuffixDrafter, build_method("sparse", **shape)) for label, shape in SUFFIX_TREES.items()},
+        "suffix chain": (SuffixDrafter, build_method("chain", gamma=DEPTH)),
+        "lookup": (PromptLookupDrafter, build_method("chain", gamma=DEPTH)),
+    }
+    clusters = list(dict.fromkeys(cluster for cluster, _ in order))
+    sums = {}  # label -> [cluster, (tokens, target calls, calls with drafts)]
+    for label, (drafter_class, method) in decoders.items():
+        drafter, sums[label] = drafter_class(pair.vocab_size), np.zeros((len(clusters), 3))
+        for cluster, unit in order:  # one drafter: the suffix history grows across the whole workload
+            text = texts[cluster, unit]
+            accepted = replay(drafter, method, text["prompt"], text["tokens"], args.max_new_tokens)
+            sums[label][clusters.index(cluster)] += (len(text["tokens"]), len(accepted),
+                                                     sum(length > 0 for length in accepted))
+    result = {"workload": args.workload, "clusters": clusters, "units": len(order),
+              "tokens": int(sums["suffix chain"][:, 0].sum()), "decoders": {}}
+    for label, by_cluster in sums.items():
+        tokens, calls, accepting = by_cluster.sum(axis=0)
+        ratio, error = ratio_of_rates(by_cluster, sums["suffix chain"], 1)
+        result["decoders"][label] = {"tokens_per_call": tokens / calls, "ratio_to_suffix_chain": ratio,
+                                     "standard_error": error if np.isfinite(error) else None,
+                                     "calls_accepting_a_draft": accepting / calls,
+                                     "by_cluster": by_cluster[:, :2].tolist()}
+    return result
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="default-target")
-    parser.add_argument("--limit", type=int, default=4, help="conversations (edit prompts)")
-    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--workload", choices=["edit", "rollouts"], default="edit")
+    parser.add_argument("--limit", type=int, default=4, help="conversations (edit) or prompts (rollouts)")
+    parser.add_argument("--turns", type=int, default=3, help="edit: turns of a conversation")
+    parser.add_argument("--samples", type=int, default=8, help="rollouts: answers to each prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of every decoder")
     parser.add_argument("--auto", action="store_true", help="add the planner choosing among them")
-    parser.add_argument("--paired", action="store_true", help="only the paired exact tree/chain comparison")
+    parser.add_argument("--replay", action="store_true", help="plain decoding's texts, every fixed-draft decoder "
+                        "replayed on them (module docstring)")
+    parser.add_argument("--texts", type=Path, help="--replay: the texts' JSON lines (default: beside --output)")
     record.add_output(parser, "drafting/suffix.jsonl")
     args = parser.parse_args()
+    for option in ("limit", "turns", "samples", "max_new_tokens", "threads"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')}: expected a positive integer, got {getattr(args, option)}")
     torch.set_num_threads(args.threads)
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     pair = load_pair(args.target, None, backend="llama.cpp", progress=False, threads=args.threads)
     processing = Processing(args.temperature, vocab_size=pair.vocab_size)
-    if args.paired:  # the answers quoted are the tree decoder's own: the same contexts for both
-        result = paired(pair, processing, load_prompts("edit", limit=args.limit), args)
-        print(f"{result['steps']} drafted steps, expected tokens per call: tree "
-              f"{result['tree_expected_tokens_per_step']:.3f}, chain {result['chain_expected_tokens_per_step']:.3f}, "
-              f"ratio {result['ratio']:.3f} ± {result['standard_error']:.3f}")
-        record.write(args.output if args.output.suffix == ".json" else args.output.with_name("suffix_paired.json"),
-                     {**result, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-                      "turns": args.turns, "suffix_tree": SUFFIX_TREE})
+    if args.workload != "edit" and args.output == record.RESULTS / "drafting/suffix.jsonl":
+        args.output = args.output.with_name(f"suffix_{args.workload}.jsonl")
+    if args.replay:
+        output = args.output if args.output.suffix == ".json" else \
+            args.output.with_name(f"suffix_replay_{args.workload}.json")
+        args.texts = args.texts or Path("specbound-results") / f"suffix_texts_{args.workload}.jsonl"
+        args.texts.parent.mkdir(parents=True, exist_ok=True)
+        result = replayed(pair, processing, args)
+        print(f"{result['units']} texts, {result['tokens']} tokens")
+        print("| decoder | tokens/target call | × suffix chain | calls accepting a draft |")
+        print("|---|---|---|---|")
+        for label, figures in result["decoders"].items():
+            print(f"| {label} | {figures['tokens_per_call']:.3f} | "
+                  f"{_shown(figures['ratio_to_suffix_chain'], figures['standard_error'] or np.nan, 3)} | "
+                  f"{figures['calls_accepting_a_draft']:.2f} |")
+        record.write(output, {**result, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+                              "turns": args.turns, "samples": args.samples, "suffix_trees": SUFFIX_TREES,
+                              "depth": DEPTH, "texts": str(args.texts)})
         return 0
     target_path, _ = gguf_file(args.target, progress=False)
     llama = Llama(str(target_path), draft_model=LlamaPromptLookupDecoding(), n_ctx=CONTEXT, n_batch=512,
@@ -220,32 +253,27 @@ def main() -> int:
             runner(pair.encode("Say hi."), args.seed, 3)
 
     settings = {"threads": args.threads, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-                "turns": args.turns, "suffix_tree": SUFFIX_TREE, "depth": DEPTH}
+                "workload": args.workload, "turns": args.turns, "samples": args.samples, "suffix_tree": SUFFIX_TREE,
+                "depth": DEPTH}
     done = {(result["conversation"], result["turn"], result["method"]): result
             for result in record.results(args.output)}
     lines = record.Lines(args.output)
-    unit = 0
-    for conversation in load_prompts("edit", limit=args.limit):
-        answer = ""
-        for turn in range(args.turns):
-            prompt_ids = pair.encode(turn_prompt(conversation.text, answer, turn))
-            labels = list(runners)
-            labels = ["plain"] + [label for label in labels[unit % len(labels):] + labels[: unit % len(labels)]
-                                  if label != "plain"]  # plain first: its answer is the next turn's
-            for label in labels:
-                key = (conversation.id, turn, label)
-                if key not in done:
-                    started = time.perf_counter()
-                    tokens, stats = runners[label](prompt_ids, args.seed + unit, args.max_new_tokens)
-                    done[key] = {"conversation": conversation.id, "turn": turn, "method": label,
-                                 "prompt_tokens": len(prompt_ids), "new_tokens": len(tokens), "tokens": tokens,
-                                 "seconds": time.perf_counter() - started, **stats, **settings}
-                    lines.append(done[key])
-                    print(f"{conversation.id} turn {turn} {label}: {len(tokens)} tokens, "
-                          f"{len(tokens) / max(done[key]['target_calls'], 1):.2f}/call", file=sys.stderr)
-                if label == "plain":
-                    answer = pair.decode(done[key]["tokens"], skip_special_tokens=True)
-            unit += 1
+    answers = lambda *key: done[(*key, "plain")]["tokens"]  # noqa: E731
+    for unit, (cluster, turn, prompt_ids) in enumerate(workload(args, pair, answers)):
+        labels = list(runners)
+        labels = ["plain"] + [label for label in labels[unit % len(labels):] + labels[: unit % len(labels)]
+                              if label != "plain"]  # plain first: its answer is the next turn's
+        for label in labels:
+            key = (cluster, turn, label)
+            if key not in done:
+                started = time.perf_counter()
+                tokens, stats = runners[label](prompt_ids, args.seed + unit, args.max_new_tokens)
+                done[key] = {"conversation": cluster, "turn": turn, "method": label,
+                             "prompt_tokens": len(prompt_ids), "new_tokens": len(tokens), "tokens": tokens,
+                             "seconds": time.perf_counter() - started, **stats, **settings}
+                lines.append(done[key])
+                print(f"{cluster} {turn} {label}: {len(tokens)} tokens, "
+                      f"{len(tokens) / max(done[key]['target_calls'], 1):.2f}/call", file=sys.stderr)
     report(args.output)
     return 0
 
@@ -289,8 +317,8 @@ def ratio_of_rates(mine: np.ndarray, theirs: np.ndarray, column: int) -> tuple[f
     return value, float(value * np.sqrt(clusters / (clusters - 1) * (influence ** 2).sum()))
 
 
-def _shown(value: float, error: float) -> str:
-    return f"{value:.2f} ± {error:.2f}" if np.isfinite(error) else f"{value:.2f}"
+def _shown(value: float, error: float, digits: int = 2) -> str:
+    return f"{value:.{digits}f} ± {error:.{digits}f}" if np.isfinite(error) else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":
