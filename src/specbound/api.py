@@ -158,9 +158,11 @@ class Speculator:
         if self.progress and len(prompt_ids) > PREFILL_CHUNK:
             print(f"specbound: prefilling {len(prompt_ids):,} prompt tokens{self._prefill_estimate(len(prompt_ids))}",
                   file=sys.stderr)
+        plans_before = plan.plans_made
         generation = decoder.generate(prompt_ids, plan, max_new_tokens, request.generator, streamer=streamer)
         text = self.pair.decode(generation.tokens, skip_special_tokens=True)
-        return Result(generation.tokens, text, generation.finish_reason, generation.stats, plan.describe())
+        return Result(generation.tokens, text, generation.finish_reason, generation.stats,
+                      plan.describe(since=plans_before))
 
     def decoder_for(self, sampling: Sampling, method: str = "auto", options: dict | None = None):
         """(decoder, plan) for the sampling settings ``sampling`` and ``method`` ("auto": the

@@ -6,7 +6,7 @@ import torch
 from support.models import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
-from specbound.engine.planner import Evidence, Planner
+from specbound.engine.planner import PLAN_HISTORY, Evidence, Planner
 from specbound.engine.precisions import AS_LOADED
 
 ROWS = (1, 2, 4, 8, 16, 32)
@@ -206,3 +206,24 @@ def test_a_plan_predicted_barely_faster_than_plain_decoding_is_not_taken():
     best = clear.best(optimistic=True)
     assert best.candidate.method == "chain"
     assert best.tokens_per_second > MIN_GAIN * clear.predict(clear.candidates[0]).tokens_per_second
+
+
+def test_a_long_lived_planner_keeps_its_latest_plans_and_describes_one_generation(target_model, draft_model):
+    """A server's planner plans for as long as it runs: it keeps the latest ``PLAN_HISTORY``
+    plans, counts them all, and ``describe(since=plans_made before a generation)`` gives that
+    generation's plans alone (what ``Speculator.generate`` returns as ``Result.plan``)."""
+    decoder, planner = auto_decoder(target_model, draft_model, Processing())
+    before = planner.plans_made
+    decoder.generate([1], planner, 6, torch.Generator().manual_seed(0))
+    first = planner.describe(since=before)
+    assert first and first == planner.describe() and planner.plans_made == len(planner.history) > before
+    middle = planner.plans_made
+    decoder.generate([1], planner, 6, torch.Generator().manual_seed(1))
+    second = planner.describe(since=middle)
+    assert second and second.startswith("step 0:") and planner.describe() == f"{first}; {second}"
+    for step in range(2 * PLAN_HISTORY):
+        planner.method_for(2 * step)
+    assert len(planner.history) == len(planner._optimistic_plans) == PLAN_HISTORY
+    assert planner.plans_made == middle + second.count("step ") + 2 * PLAN_HISTORY
+    assert planner.describe(since=planner.plans_made - 3).count("step ") == 3
+    assert planner.describe(since=0).count("step ") == PLAN_HISTORY  # the evicted ones are gone

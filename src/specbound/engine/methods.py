@@ -168,7 +168,9 @@ class Method:
     def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None:
         """A fixed method learns nothing from the steps it ran."""
 
-    def describe(self) -> str:
+    plans_made = 0  # a fixed method makes no plans
+
+    def describe(self, since: int = 0) -> str:
         """A fixed method has no plans to describe."""
         return ""
 
@@ -191,7 +193,9 @@ class Schedule(Protocol):
 
     def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None: ...
 
-    def describe(self) -> str: ...
+    plans_made: int  # plans made so far (``describe``'s ``since``)
+
+    def describe(self, since: int = 0) -> str: ...  # the plans made after the first ``since``
 
 
 def autoregressive() -> Method:

@@ -45,6 +45,7 @@ OPTIMISTIC_ACCEPTANCE = 0.9
 PRIOR_ACCEPTANCE = 0.8
 RECOVERED_SHARE = 0.5  # ρ: share of the rejected mass each further draft at a node recovers (prior)
 REPLAN_EVERY = 8  # steps between plans
+PLAN_HISTORY = 4096  # plans kept for ``describe`` and ``summary``, the latest
 # A drafting plan must be predicted this much faster than plain decoding to be chosen: the
 # prediction leaves out the time outside the models and rests on costs measured once, so a
 # plan predicted a few percent faster can run slower (benchmarks/README.md, llama.cpp backend).
@@ -148,8 +149,10 @@ class Planner:
     _own: dict = field(default_factory=dict)  # candidate -> [steps, accepted drafts, drafted nodes]
     _path_children: dict = field(default_factory=dict)  # budgeted candidate -> depth -> {children: path nodes}
     current: Candidate | None = None
-    history: list = field(default_factory=list)  # (step, candidate label, predicted tokens/s)
+    history: list = field(default_factory=list)  # (step, candidate label, predicted tokens/s), the latest
+    # PLAN_HISTORY plans: a server's planner plans for as long as it runs
     _optimistic_plans: list = field(default_factory=list)  # per history entry: made on the optimistic prior
+    plans_made: int = 0  # plans made in all, the ones no longer in ``history`` too
 
     def __post_init__(self):
         if not self.draft_costs:
@@ -178,6 +181,9 @@ class Planner:
             self.current = best.candidate
             self.history.append((step, best.candidate.label, best.tokens_per_second))
             self._optimistic_plans.append(optimistic)
+            self.plans_made += 1
+            if len(self.history) > PLAN_HISTORY:
+                del self.history[0], self._optimistic_plans[0]
         return self._methods[self.current]
 
     def observe(self, method: Method, tree, accepted_path: list[int], target_rows=None) -> None:
@@ -332,9 +338,12 @@ class Planner:
                           for label, count in sorted(shares.items(), key=lambda item: -item[1]))
         return plans, sum(speed for _, _, speed in history) / len(history)
 
-    def describe(self) -> str:
-        """The plans chosen so far, with their predicted tokens/s."""
-        return "; ".join(f"step {step}: {label} ({speed:.2f} tok/s predicted)" for step, label, speed in self.history)
+    def describe(self, since: int = 0) -> str:
+        """The plans chosen after the first ``since`` (those of one generation: ``since`` =
+        ``plans_made`` before it), with their predicted tokens/s; at most the latest
+        ``PLAN_HISTORY``."""
+        kept = self.history[max(0, since - (self.plans_made - len(self.history))):]
+        return "; ".join(f"step {step}: {label} ({speed:.2f} tok/s predicted)" for step, label, speed in kept)
 
 
 def _path_drafts(shape) -> list[int]:
