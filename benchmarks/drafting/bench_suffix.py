@@ -40,8 +40,9 @@ on the load of the machine. Tokens/s is end to end (prefill included) and, where
 machine is shared, noisy. Ratios are of totals, with a standard error by the delta method
 over conversations (``edit``) or prompts (``rollouts``): the units of one are not
 independent. Live: one JSON line per (conversation, unit, decoder) goes to ``--output``
-after the run's envelope (``benchmarks.record``); a rerun with the same ``--output`` skips
-what is there; the table at the end reads the whole file.
+after the run's envelope (``benchmarks.record``), the tokens only of plain decoding's (the
+text the next turn quotes); a rerun with the same ``--output`` skips what is there; the table
+at the end reads the whole file.
 
     python -m benchmarks.drafting.bench_suffix --replay --workload rollouts --limit 8 --samples 8
     python -m benchmarks.drafting.bench_suffix --workload edit --limit 4 --turns 3 --max-new-tokens 96 --auto
@@ -90,12 +91,13 @@ def turn_prompt(first: str, answer: str, turn: int) -> str:
 
 def engine_runner(decoder, method):
     def run(prompt_ids, seed, max_new_tokens):
+        plans_before = method.plans_made
         generation = decoder.generate(prompt_ids, method, max_new_tokens, torch.Generator().manual_seed(seed))
         stats = generation.stats
         return generation.tokens, {"target_calls": stats.target_calls, "tree_sizes": sum(stats.tree_sizes),
                                    "accepted": sum(stats.accepted_lengths),
                                    "decoding_seconds": stats.wall_seconds - stats.seconds["prefill"],
-                                   "plan": method.describe()}
+                                   "plan": method.describe(since=plans_before)}
 
     return run
 
@@ -269,7 +271,8 @@ def main() -> int:
                 started = time.perf_counter()
                 tokens, stats = runners[label](prompt_ids, args.seed + unit, args.max_new_tokens)
                 done[key] = {"conversation": cluster, "turn": turn, "method": label,
-                             "prompt_tokens": len(prompt_ids), "new_tokens": len(tokens), "tokens": tokens,
+                             "prompt_tokens": len(prompt_ids), "new_tokens": len(tokens),
+                             **({"tokens": tokens} if label == "plain" else {}),  # the next turn quotes plain's
                              "seconds": time.perf_counter() - started, **stats, **settings}
                 lines.append(done[key])
                 print(f"{cluster} {turn} {label}: {len(tokens)} tokens, "
