@@ -142,3 +142,18 @@ def test_a_method_flag_that_no_chosen_method_uses_is_refused(methods, flag, no_m
 def test_a_method_flag_that_a_chosen_method_uses_is_taken(no_model_loads, capsys):
     with pytest.raises(no_model_loads):
         main(["run", "--methods", "chain:gamma=4,tree", "--depth", "3", "-n", "2", "--debug"])
+
+
+def test_serve_without_the_serve_extra_names_it_and_exits_2(monkeypatch, capsys):
+    """The README's first command installs no HTTP server: ``serve`` then says which extra
+    to install (exit 2), before it binds a port or loads a model, not 'internal error'."""
+    import importlib.util
+
+    from specbound.cli import serve
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "fastapi" else found(name))
+    monkeypatch.setattr(serve, "_serve", lambda *args: pytest.fail("serve went on without fastapi"))
+    assert main(["serve", "--port", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "serve needs fastapi" in error and "pip install 'specbound[serve]'" in error and "internal" not in error

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import signal
 import sys
@@ -35,12 +36,17 @@ from specbound import arguments
 from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
 
 KEY_VARIABLE = "SPECBOUND_API_KEY"
+SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")  # the serve extra's
 # A request body's default limit: 32,768 token ids take about 0.2 MB; json parses a body holding the
 # GIL, so the limit also bounds how long one request can keep /health waiting.
 MAX_BODY_BYTES = 2**20
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = [name for name in SERVE_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:  # before anything binds or loads
+        raise ValueError(f"serve needs {', '.join(missing)}, which the serve extra installs: "
+                         "pip install 'specbound[serve]' (from a checkout: pip install -e '.[serve]')")
     from specbound.serve.server import bind, exposure_warning
 
     method, options = parse_method(args.method)
