@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from specbound.cli import main
+from specbound.cli.study import DEFAULT_OUT
 
 UNWRITABLE = "/proc/specbound-test/out"  # /proc takes no new folder, not even from root
 needs_proc = pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
@@ -162,6 +163,13 @@ STUDY_BEFORE_TORCH = [  # (arguments, the option the refusal names): the study's
     (["study", "rejections", "--batch-sizes", "64"], "batch_sizes"),  # M = 64 drafts at γ = the horizon, 128
     (["study", "rejections", "--lookaheads", "5000", "--max-new-tokens", "6000"], "lookaheads"),
     (["study", "rejections", "--max-new-tokens", "5000"], "max_new_tokens"),  # lookahead inf drafts the horizon
+    # a model that is none of the forms a pair loads from, checked as the other commands check it
+    (["study", "bias", "--target", "/nonexistent/x.gguf"], "--target"),  # the default --out
+    (["study", "acceptance", "--draft", "/nonexistent/d.gguf", "--out", "{refused}"], "--draft"),
+    (["study", "multistep", "--target", "{no_model}", "--out", "{refused}"], "--target"),  # a folder, no config.json
+    (["study", "rejections", "--draft", "{prompts}", "--out", "{refused}"], "--draft"),  # a file, no .gguf
+    (["study", "acceptance", "--drafter", "suffix", "--target", "/nonexistent/x.gguf", "--out", "{refused}"],
+     "--target"),
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{held}"], "--out"),
     (["study", "acceptance", "--dataset", "{prompts}", "--out", "{free}", "--ray", "127.0.0.1:1"], "--ray"),
     (["report", "{held}"], "results"),  # settings without a finished run
@@ -180,13 +188,18 @@ def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load
     registry loads torch, numba, scipy or matplotlib; so are results ``specbound report``
     cannot render (their fields are read without the studies too). The multistep and
     rejections studies' sizes used to be refused by their constructors, after the studies'
-    imports. Nothing listens on port 1."""
+    imports. A ``--target`` or ``--draft`` that names no model used to be refused by the
+    pair's loading, 5-7 s in; it and an unreachable ``--ray`` left an empty results folder
+    behind: a refused run leaves none. Nothing listens on port 1."""
     from specbound.studies.records import ResultsStore
 
     held, lacking = tmp_path / "held", tmp_path / "lacking" / "acceptance" / "x"
     lacking.mkdir(parents=True)
     (lacking / "settings.json").write_text(json.dumps({"study": "acceptance", "dataset": "x"}))
-    calls = [[argument.format(prompts=prompts, held=held, free=tmp_path / "free", lacking=lacking.parents[1])
+    (tmp_path / "no-model").mkdir()
+    refused = tmp_path / "refused" / "out"  # its parent is made for the run too, and must go with it
+    calls = [[argument.format(prompts=prompts, held=held, free=tmp_path / "free", lacking=lacking.parents[1],
+                              no_model=tmp_path / "no-model", refused=refused)
               for argument in arguments] for arguments, _ in STUDY_BEFORE_TORCH]
     with ResultsStore(held / "acceptance" / "prompts", {"study": "acceptance"}):  # another run's lock
         finished = subprocess.run([sys.executable, "-c", STUDY_CODE, json.dumps(calls)], capture_output=True,
@@ -196,3 +209,5 @@ def test_a_study_refuses_its_name_options_folder_and_ray_before_the_studies_load
     for (arguments, option), (status, message) in zip(STUDY_BEFORE_TORCH, report["results"]):
         assert status == 2 and option in message, (arguments, status, message)
     assert report["loaded"] == []
+    left = [path for path in (refused.parent, tmp_path / "free", tmp_path / DEFAULT_OUT) if path.exists()]
+    assert left == []

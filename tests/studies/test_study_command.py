@@ -61,8 +61,8 @@ def test_a_resume_with_nothing_left_to_do_loads_no_model(tmp_path, loads, capsys
     assert loads == ["default-target"]
     assert "nothing left to do" in again.err and again.out == first.out  # the same tables, read back
     assert main(study(tmp_path, "--limit", "1")) == 0  # a subset: nothing to do either
-    assert main(study(tmp_path, "--target", "other")) == 2  # other models: loaded, then refused
-    assert loads == ["default-target", "other"] and "models differ" in capsys.readouterr().err
+    assert main(study(tmp_path, "--target", "smollm2")) == 2  # other models: loaded, then refused
+    assert loads == ["default-target", "smollm2"] and "models differ" in capsys.readouterr().err
 
 
 def test_damaged_records_refuse_a_resume_naming_the_line_before_any_model_loads(tmp_path, loads, capsys):

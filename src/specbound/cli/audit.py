@@ -98,37 +98,16 @@ def check_models(args, kind: str, name: str) -> None:
     """Refuse, before anything loads, a model the engine needs that is no embedded model's
     name, existing .gguf file or (but for llama-cpp-python) Hugging Face folder, and a
     ``--top-p`` llama-cpp-python's sampler chain would apply with another law."""
+    from specbound.cli.inputs import check_model_sources
+
     gguf_only = kind == "llama-cpp-python"
     needed = {"target": args.target}
     if kind in ("specbound", "transformers") or name == "draft-model":
         needed["draft"] = args.draft
-    for option, source in needed.items():
-        _check_source(option, source, gguf_only)
+    check_model_sources(needed, gguf_only)
     if gguf_only and args.top_p is not None and args.top_p < 1:
         raise ValueError(f"top_p: llama-cpp-python's sampler chain applies the temperature after top-p, so its law "
                          f"at --top-p {args.top_p:g} is not the one the reference scores; leave --top-p out")
-
-
-def _check_source(option: str, source: str, gguf_only: bool) -> None:
-    from specbound.models.gguf import EMBEDDED_GGUFS
-
-    path = Path(source)
-    if source in EMBEDDED_GGUFS or (source.strip() and path.suffix == ".gguf" and _is_file(path)):
-        return
-    if not gguf_only and source.strip() and _is_file(path / "config.json"):
-        return
-    forms = (f"an embedded model ({', '.join(EMBEDDED_GGUFS)}) or an existing .gguf file" if gguf_only else
-             f"an embedded model ({', '.join(EMBEDDED_GGUFS)}), an existing .gguf file or a Hugging Face folder "
-             "with a config.json")
-    shown = repr(source) if len(source) <= 80 else f"{source[:80]!r}… ({len(source):,} characters)"
-    raise ValueError(f"{option}: expected {forms} for --{option}, got {shown}")
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except OSError:  # a name too long for a path
-        return False
 
 
 def served_model(args) -> str:

@@ -1,5 +1,6 @@
 """Inputs shared by several commands: a (target, draft) pair from the command line or a
-JSON file; text from standard input; prompt sets; the settings of a study's results folder."""
+JSON file; text from standard input; prompt sets; model sources; the settings of a study's
+results folder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from specbound.datasets import Prompt, load_prompts
+from specbound.models.gguf import EMBEDDED_GGUFS
 
 
 FIXTURE_A = ("0.4,0.3,0.2,0.1", "0.1,0.2,0.3,0.4")  # SPEC.md §4.4
@@ -119,6 +121,33 @@ def prompt_set(name: str, limit: int | None, option: str) -> list[Prompt]:
     if not prompts:
         raise ValueError(f"{option.lstrip('-')}: {name!r} holds no prompt")
     return prompts
+
+
+def check_model_sources(sources: dict[str, str | None], gguf_only: bool = False) -> None:
+    """Refuse, before anything loads, a model of ``sources`` (option name -> source; None:
+    a model not loaded) that is no embedded model's name, existing .gguf file or (but with
+    ``gguf_only``) Hugging Face folder with a config.json; ValueError naming the option."""
+    for option, source in sources.items():
+        if source is None or _names_a_model(source, gguf_only):
+            continue
+        forms = (f"an embedded model ({', '.join(EMBEDDED_GGUFS)}) or an existing .gguf file" if gguf_only else
+                 f"an embedded model ({', '.join(EMBEDDED_GGUFS)}), an existing .gguf file or a Hugging Face "
+                 "folder with a config.json")
+        shown = repr(source) if len(source) <= 80 else f"{source[:80]!r}… ({len(source):,} characters)"
+        raise ValueError(f"{option}: expected {forms} for --{option}, got {shown}")
+
+
+def _names_a_model(source: str, gguf_only: bool) -> bool:
+    path = Path(source)
+    return source in EMBEDDED_GGUFS or (bool(source.strip()) and (
+        (path.suffix == ".gguf" and _is_file(path)) or (not gguf_only and _is_file(path / "config.json"))))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # a name too long for a path
+        return False
 
 
 def check_study_settings(directory: Path, field: str) -> None:

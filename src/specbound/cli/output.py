@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -38,14 +39,22 @@ def print_json(payload) -> None:
     sys.stdout.write("\n")
 
 
-def writable_folder(path: str, option: str) -> Path:
+def writable_folder(path: str, option: str, keep: bool = True) -> Path:
     """The folder ``path``, created with its parents and shown to take a file, before any
-    work is done in it; ValueError naming ``option`` (its flag) when it cannot be."""
+    work is done in it; ValueError naming ``option`` (its flag) when it cannot be. Without
+    ``keep``, the folders it created are removed again: a command that checks more of its
+    input first creates the folder once all of it is valid."""
     folder = Path(path)
+    created = []
     try:
+        created = [each for each in (folder, *folder.parents) if not each.exists()]  # the deepest first
         folder.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=folder).close()
     except OSError as error:
         raise ValueError(f"{option.lstrip('-').replace('-', '_')}: cannot write into {path!r} "
                          f"({error.strerror or error}); choose another {option}") from None
+    finally:
+        for each in created if not keep else []:
+            with contextlib.suppress(OSError):  # a folder another process has filled meanwhile stays
+                each.rmdir()
     return folder

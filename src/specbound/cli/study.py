@@ -1,7 +1,8 @@
 """``specbound study NAME``: rerun one of the papers' experiments on a real model pair
 (SPEC.md §5); one subcommand per study (``specbound.studies.options.STUDY_OPTIONS``: its
-options and presets, read without torch, so every refusal of an option, a held results
-folder or an unreachable ``--ray`` comes before the studies and their models load).
+options and presets, read without torch, so every refusal of an option, a model that is
+none, a held results folder or an unreachable ``--ray`` comes before the studies and their
+models load, and none of them leaves a results folder behind).
 
 Each run writes ``<out>/<study>/<dataset>/`` (settings, append-only per-position records,
 timings) and resumes there when interrupted; ``specbound report <out>`` renders every study
@@ -21,7 +22,7 @@ from pathlib import Path
 from specbound import arguments
 from specbound.checks import positive_int
 from specbound.cli.decoding import MAX_NEW_TOKENS
-from specbound.cli.inputs import check_study_settings, prompt_set
+from specbound.cli.inputs import check_model_sources, check_study_settings, prompt_set
 from specbound.cli.output import format_table, writable_folder
 from specbound.datasets import DATASETS
 from specbound.engine.backends import CHOICES as BACKENDS
@@ -40,11 +41,12 @@ def run(args: argparse.Namespace) -> int:
     preset_datasets = apply_preset(args)
     STUDY_OPTIONS[args.study].check(args)  # settings that span options (studies.sizes), before anything loads
     apply_drafter(args)  # --drafter suffix: no draft model, and the options it leaves unused refused
+    check_model_sources({"target": args.target, "draft": args.draft})
     prompt_sets = [prompt_set(name, args.limit, "--dataset") for name in args.dataset if name not in preset_datasets
                    or _available(name)]
     if args.batch_size is not None:
         positive_int("--batch-size", args.batch_size)
-    writable_folder(args.out, "--out")
+    writable_folder(args.out, "--out", keep=False)  # made by the study's writers, once every check has passed
     for prompts in prompt_sets:
         directory = Path(args.out) / args.study / prompts[0].dataset
         check_study_settings(directory, "out")
