@@ -15,7 +15,9 @@ loads: the two ways a pair loads (``models.loading.load_model``, llama.cpp's
 ``models.loading.gguf_file``) are replaced by stubs that raise ``support.cli.ModelWouldLoad``
 (``conftest.no_model_loads``), and reaching one counts as "accepted" (no model is ever loaded
 here, and no server listens).
-Their --target/--draft name models, which only loading can check; they are not fuzzed.
+Their --target/--draft are checked before loading only for naming some model (an embedded name,
+a .gguf file, a folder with a config.json: ``test_refused_before_work``); whether it loads is
+found by loading, so they are not fuzzed.
 Output folders get a folder no one can create (below /proc), which must be refused before any
 work; ``generate``'s standard input gets bytes that are not UTF-8 and empty input
 (``STDIN_MUST_REFUSE``) and odd but valid text (``STDIN_MAY_ACCEPT``).

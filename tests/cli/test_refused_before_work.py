@@ -108,6 +108,11 @@ BEFORE_TORCH = [  # (arguments, the option the one-line refusal names): values c
     (["study", "bias", "--top-p", "2"], "--top-p"),
     (["study", "acceptance", "--ray", "bad"], "--ray"),
     (["report", "{empty}"], "results"),
+    (["generate", "hi", "--target", "{missing}.gguf"], "--target"),
+    (["generate", "hi", "--draft", "{empty}"], "--draft"),  # a folder without a config.json
+    (["generate", "hi", "--drafter", "suffix", "--target", "{missing}.gguf"], "--target"),
+    (["run", "--target", "{missing}.gguf", "--output-dir", "{out}"], "--target"),
+    (["serve", "--draft", "{missing}.gguf"], "--draft"),
 ]
 BEFORE_TORCH_CODE = """
 import contextlib, io, json, sys
@@ -126,14 +131,15 @@ print(json.dumps({"results": results, "loaded": [name for name in ("torch", "tra
 
 
 def test_a_bad_value_is_refused_before_torch_loads(prompts, tmp_path):
-    """The handlers check every value (methods and their options, prompt sets, indexes)
-    before they import torch, transformers or llama.cpp: a refusal takes no model stack's
-    import time. One fresh interpreter for all of them."""
+    """The handlers check every value (methods and their options, prompt sets, indexes, the
+    model sources) before they import torch, transformers or llama.cpp: a refusal takes no
+    model stack's import time. One fresh interpreter for all of them."""
     short = tmp_path / "short"  # a model whose config gives 64 positions: refused before it loads
     short.mkdir()
     (short / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 64}))
     (tmp_path / "empty").mkdir()
-    calls = [[argument.format(prompts=prompts, missing=tmp_path / "missing.txt", short=short, empty=tmp_path / "empty")
+    calls = [[argument.format(prompts=prompts, missing=tmp_path / "missing.txt", short=short, empty=tmp_path / "empty",
+                              out=tmp_path / "refused" / "out")
               for argument in arguments] for arguments, _ in BEFORE_TORCH]
     finished = subprocess.run([sys.executable, "-c", BEFORE_TORCH_CODE, json.dumps(calls)], capture_output=True,
                               text=True, timeout=300)
@@ -142,6 +148,7 @@ def test_a_bad_value_is_refused_before_torch_loads(prompts, tmp_path):
     for (arguments, option), (status, message) in zip(BEFORE_TORCH, report["results"]):
         assert status == 2 and option.lstrip("-") in message, (arguments, status, message)
     assert report["loaded"] == []
+    assert not (tmp_path / "refused").exists()  # a refused run makes no output folder
 
 
 STUDY_BEFORE_TORCH = [  # (arguments, the option the refusal names): the study's own options, its name, its folder

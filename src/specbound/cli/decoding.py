@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from specbound import arguments
+from specbound.cli.inputs import check_model_sources
 from specbound.engine.backends import CHOICES as BACKENDS
 from specbound.engine.method_text import parse_method  # noqa: F401  (serve and audit read it here)
 from specbound.engine.precisions import AS_LOADED, OLD_NAMES, PRECISIONS, precision_name
@@ -118,6 +119,14 @@ def check_enumeration(method: Method, temperature: float, top_k: int | None, top
         f"a node's {num_drafts} drafts and every token of the vocabulary (tuples × V variables, at most "
         f"{MAX_LP_VARIABLES:,}); {drawn}, beyond that limit for any vocabulary over {largest:,} tokens: give "
         f"--top-k {largest:,} or less, --temperature 0, or another verifier")
+
+
+def check_models(args) -> None:
+    """Refuse, before anything loads: the draft model's options where the drafter loads no
+    draft model, and a ``--target`` or ``--draft`` that names no model
+    (``inputs.check_model_sources``)."""
+    check_drafter_options(args)
+    check_model_sources({"target": args.target, "draft": args.draft if args.drafter == "model" else None})
 
 
 def check_known_context(args) -> None:

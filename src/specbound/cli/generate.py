@@ -21,6 +21,7 @@ from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
     check_known_context,
+    check_models,
     check_sampling,
     load_speculator,
 )
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("prompt: empty (give it as an argument or on standard input)")
     method, options = parse_method(args.method)
     check_sampling(args, [(method, options)])
+    check_models(args)
     check_known_context(args)
     if args.threads is not None:
         import torch

@@ -25,6 +25,7 @@ from specbound.cli.decoding import (
     add_model_arguments,
     add_sampling_arguments,
     check_known_context,
+    check_models,
     check_sampling,
     load_speculator,
 )
@@ -100,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
     prompts = prompt_set(args.prompts, args.limit, "--prompts")
     if not 0 <= args.show < len(prompts):
         raise ValueError(f"show: prompt index {args.show} outside [0, {len(prompts)})")
-    output_dir = writable_folder(args.output_dir, "--output-dir")
+    check_models(args)
     check_known_context(args)
+    output_dir = writable_folder(args.output_dir, "--output-dir")
 
     import torch  # after the checks: a bad value is refused before torch loads
     from tqdm import tqdm

@@ -33,7 +33,8 @@ import signal
 import sys
 
 from specbound import arguments
-from specbound.cli.decoding import add_model_arguments, add_sampling_arguments, load_speculator, parse_method
+from specbound.cli.decoding import (add_model_arguments, add_sampling_arguments, check_models, load_speculator,
+                                    parse_method)
 
 KEY_VARIABLE = "SPECBOUND_API_KEY"
 SERVE_PACKAGES = ("fastapi", "uvicorn", "prometheus_client")  # the serve extra's
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
                          "pip install 'specbound[serve]' (from a checkout: pip install -e '.[serve]')")
     from specbound.serve.server import bind, exposure_warning
 
+    check_models(args)
     method, options = parse_method(args.method)
     api_key = args.api_key if args.api_key is not None else _environment_key()
     listener = bind(args.host, args.port)  # a bad address is refused before anything heavy loads
