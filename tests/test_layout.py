@@ -9,7 +9,8 @@ name only one backend's classes have, ``type(x).__name__``). Two modules never i
 other, a package below a layer (``engine.backends``, which loads its modules by name) counted
 as one module. A decoder is finished when ``engine.assembly`` returns it: nothing else sets
 another object's ``optimum`` or ``prefill_progress``; no class defines a method twice; and a
-schedule is typed ``Schedule``, never ``Method | Planner``."""
+schedule is typed ``Schedule``, never ``Method | Planner``. No test file imports another: what
+tests share lives in ``tests/support``."""
 
 import ast
 import functools
@@ -395,3 +396,24 @@ schedule: Method | None | Planner = None
     assert patched_after_assembly("m", tree) == ["m:2 sets .optimum", "m:3 sets .prefill_progress"]
     assert methods_defined_twice("m", tree) == ["m: A.f"]
     assert method_or_planner_unions("m", tree)[:1] == ["m:12 Method | Planner"]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported_test_modules(tree: ast.AST) -> list[str]:
+    """The test modules (``test_*``) that ``tree`` imports: what tests share lives in
+    ``tests/support``, so no test file is another's library."""
+    found = []
+    for node in ast.walk(tree):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [name for name in names if name.split(".")[-1].startswith("test_")]
+    return found
+
+
+def test_no_test_file_imports_another():
+    assert not {path.relative_to(TESTS).as_posix(): imported for path in sorted(TESTS.rglob("*.py"))
+                if (imported := imported_test_modules(ast.parse(path.read_text())))}
+    assert imported_test_modules(ast.parse("from test_engine_lossless import PROMPT\ndef f():\n    import test_x\n")) \
+        == ["test_engine_lossless", "test_x"]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from support.instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair
+from support.instances import FIXTURE_A, FIXTURE_B, FIXTURE_OPTIMUM, random_pair, without_replacement_prefix_mass
 from specbound.bounds import MAX_LP_VARIABLES, optimal_coupling, scan_order
 from specbound.bounds.race import RACE_ACCURACY, _windows, race_all_in_mass
 from specbound.bounds.subset import prefix_sums, restricted_order
@@ -56,25 +56,6 @@ def all_in_mass_by_enumeration(draft, num_drafts, scheme, subsets):
     """Q(H) = P(all drafts ∈ H) for each boolean row of ``subsets``, from the joint law."""
     tuples, tuple_probs = get_draft_scheme(scheme).joint_law(draft, num_drafts)
     return np.array([tuple_probs[np.all(subset[tuples], axis=1)].sum() for subset in subsets])
-
-
-def without_replacement_prefix_mass(draft, num_drafts):
-    """Q(H_k) for every prefix by enumerating ordered draws depth first, each step
-    renormalised by the sum of the unused masses (not 1 − used, which cancels badly next
-    to a dominant token). A draw sequence lies in H_k iff its largest token is < k."""
-    mass = np.zeros(len(draft) + 1)
-
-    def extend(prob, unused, largest, depth):
-        if depth == num_drafts:
-            mass[largest + 1 :] += prob
-            return
-        unused_mass = sum(draft[token] for token in unused)
-        for token in unused:
-            rest = [other for other in unused if other != token]
-            extend(prob * draft[token] / unused_mass, rest, max(largest, token), depth + 1)
-
-    extend(1.0, [int(token) for token in np.flatnonzero(draft > 0)], -1, 0)
-    return mass
 
 
 @pytest.mark.parametrize(("fixture", "scheme", "num_drafts"), sorted(FIXTURE_OPTIMUM))

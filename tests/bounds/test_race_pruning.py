@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support.edge_cases import EXACT_KINDS, distribution_pairs
+from support.instances import without_replacement_prefix_mass
 from specbound.bounds import prefix_scan_optimum, race
 from specbound.bounds.race import RACE_ACCURACY, race_all_in_mass, race_mass_bounds
 from specbound.bounds.rows import RowPairs
 from specbound.verifiers import get_verifier
 from specbound.drafts import get_draft_scheme
-from test_optimal_acceptance import without_replacement_prefix_mass
 
 WITHOUT = get_draft_scheme("without_replacement")
 

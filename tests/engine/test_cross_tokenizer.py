@@ -24,7 +24,7 @@ from specbound.engine.drafters import DrafterChoice
 from specbound.engine.methods import build_method
 from specbound.engine.optimum import OptimumRecorder
 from specbound.engine.vocabulary import CrossTokenizerDrafter, RestrictedProcessing, SharedVocabulary, token_bytes
-from test_engine_lossless import LOOKUP_PROMPT, NEW_TOKENS, PROMPT, sample_sequences
+from support.lossless import LOOKUP_PROMPT, NEW_TOKENS, PROMPT, llamacpp_law, sample_sequences
 
 TARGET_TOKENS = ["<eos>", "a", "b", "ab", "c", "ba"]
 DRAFT_TOKENS = ["<|end|>", "b", "a", "ca", "c", "d", "bb"]
@@ -254,7 +254,6 @@ def test_cross_tokenizer_drafts_on_llama_cpp_generate_the_target_sequence_law(tm
     if not llamacpp.llama_cpp_available():
         pytest.skip("llama-cpp-python is not installed")
     from specbound.models.tiny import write_gguf
-    from test_llamacpp_backend import llamacpp_law
 
     target = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "target.gguf"), threads=1)
     draft = llamacpp.LlamaCppModel(write_gguf(other_draft_model, tmp_path / "draft.gguf"), threads=1)

@@ -25,66 +25,11 @@ from support.models import (
     chi_square_pvalue,
     exact_sequence_law,
 )
-from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing, PromptLookupDrafter
+from support.lossless import (LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROMPT, SAMPLES, SLOW_CASES,
+                              TREE_VERIFIER_CASES, model_decoder, sample_sequences)
+from specbound.engine import CausalLM, Decoder, Processing, PromptLookupDrafter
 from specbound.engine.methods import build_method
 from specbound.verifiers import get_verifier
-
-PROMPT = [1]
-LOOKUP_PROMPT = [1, 2, 1]  # prompt lookup finds the earlier 1 and proposes 2, 1
-NEW_TOKENS = 3
-SAMPLES = 400
-
-
-def sample_sequences(decoder, method, prompt=PROMPT, new_tokens=NEW_TOKENS, seed=0, batched=True):
-    """SAMPLES sequences, each from its own generator. ``batched``: decoded as one batch, in
-    which each gets the tokens ``generate`` gives it alone (``Decoder.generate_batch``; the tiny
-    float32 torch models are batch-invariant), so their law is solo decoding's, rows leaving
-    the batch at EOS as they do in serving — a quarter of the time of SAMPLES solo runs.
-    Otherwise one ``generate`` after another (a backend whose forward is not batch-invariant)."""
-    generators = [torch.Generator().manual_seed(seed * SAMPLES + index) for index in range(SAMPLES)]
-    if batched:
-        generations = decoder.generate_batch([prompt] * SAMPLES, method, new_tokens, generators)
-    else:
-        generations = [decoder.generate(prompt, method, new_tokens, generator) for generator in generators]
-    return [tuple(generation.tokens) for generation in generations]
-
-
-def model_decoder(target_model, draft_model, processing):
-    drafter = ModelDrafter(CausalLM(draft_model), processing)
-    return Decoder(CausalLM(target_model), drafter, processing, eos_token_ids=[EOS])
-
-
-LOSSLESS_CASES = {
-    "autoregressive": ("autoregressive", {}, Processing()),
-    "chain": ("chain", {"gamma": 2}, Processing()),
-    "tree-rrs_without_replacement": (
-        "tree", {"num_drafts": 2, "depth": 2, "verifier": "rrs_without_replacement"}, Processing()),
-    # with replacement: equal drafts share a subtree; K-SEQ on its torch path (the engine's)
-    "tree-kseq": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "kseq"}, Processing()),
-    # the optimal verifier of i.i.d. drafts (SPEC.md §4.5), its numpy path under the torch API
-    "tree-global_resolution": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "global_resolution"}, Processing()),
-    # top-p leaves some nodes with a one-token draft law: SpecHub hands over to one draft
-    "tree-spechub-top_p": (
-        "tree", {"num_drafts": 2, "depth": 2, "verifier": "spechub"},
-        Processing(temperature=0.8, top_p=0.8)),
-    "batch": ("batch", {"num_drafts": 3, "gamma": 2}, Processing()),
-    # a budgeted tree: children decided per node from the draft probabilities, then drawn
-    "sparse-rrs_without_replacement": (
-        "sparse", {"budget": 5, "depth": 2, "width": 3, "max_children": 3}, Processing()),
-    "sparse-greedy-top_k": (
-        "sparse", {"budget": 4, "depth": 2, "width": 2, "max_children": 2, "verifier": "greedy"},
-        Processing(temperature=0.9, top_k=3)),
-}
-SLOW_CASES = {
-    "decoding_opt-epsilon0": ("decoding_opt", {"gamma": 2, "epsilon": 0.0}, Processing()),
-    "tree-rrs-3": ("tree", {"num_drafts": 3, "depth": 2, "verifier": "rrs"}, Processing()),
-    "tree-greedy-3": ("tree", {"num_drafts": 3, "depth": 2, "verifier": "greedy"}, Processing()),
-    "tree-optimal-2": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "optimal"}, Processing()),
-    "tree-rrs_without_replacement-top_k": (
-        "tree", {"num_drafts": 3, "depth": 2, "verifier": "rrs_without_replacement"},
-        Processing(top_k=2)),
-}
-
 
 def check_lossless(case, target_model, draft_model):
     name, options, processing = case
@@ -168,18 +113,6 @@ def test_the_check_has_power(target_model, draft_model):
     }
     assert chi_square_power(target_law, draft_law, SAMPLES) > 0.99
     assert chi_square_power(target_law, contaminated, SAMPLES) > 0.7
-
-
-TREE_VERIFIER_CASES = {
-    "chain-block": ("chain", {"gamma": 2, "verifier": "block"}, Processing()),
-    "tree-traversal": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "traversal"}, Processing()),
-    "sparse-traversal-top_p": ("sparse", {"budget": 4, "depth": 2, "width": 3, "verifier": "traversal"},
-                               Processing(temperature=0.9, top_p=0.9)),
-    # i.i.d. drafts: Global Resolution's plan at each node (SPEC.md §7.5); top-p leaves some
-    # nodes one draft token, where the plan is speculative sampling on the scaled target
-    "tree-univer-top_p": ("tree", {"num_drafts": 2, "depth": 2, "verifier": "univer"},
-                          Processing(temperature=0.9, top_p=0.9)),
-}
 
 
 @pytest.mark.parametrize("case", TREE_VERIFIER_CASES.values(), ids=TREE_VERIFIER_CASES.keys())

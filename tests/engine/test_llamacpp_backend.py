@@ -23,7 +23,8 @@ from specbound.models.tiny import write_gguf
 from specbound.engine import Decoder, ModelDrafter, Processing, PromptLookupDrafter
 from specbound.engine.backends import Entries
 from specbound.engine.methods import build_method
-from test_engine_lossless import LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROMPT, TREE_VERIFIER_CASES, sample_sequences
+from support.lossless import (LOOKUP_PROMPT, LOSSLESS_CASES, NEW_TOKENS, PROMPT, TREE_VERIFIER_CASES, alone,
+                              llamacpp_law, sample_sequences)
 
 # llama.cpp is not batch-invariant: one row scored in forwards of other sizes differs by
 # rounding (up to 2e-4 in a logit seen on these files), while a node attending to a wrong
@@ -46,17 +47,6 @@ def gguf_models(tmp_path_factory, target_model, draft_model):
 @pytest.fixture(scope="module")
 def target_lm(gguf_models):
     return llamacpp.LlamaCppLM(gguf_models[0], context_cells=256)
-
-
-def alone(lm, tokens):
-    """Next-token logits after ``tokens``, scored as decoding scores them: all but the last
-    prefilled, the last as one pending entry.  # -> [vocab]"""
-    lm.reset(1)
-    if len(tokens) > 1:
-        lm.prefill(0, tokens[:-1])
-    logits = lm.score([Entries.chain(tokens[-1:])]).logits(0)[0]
-    lm.commit([[]])
-    return logits
 
 
 def torch_logits(model, tokens):
@@ -241,21 +231,6 @@ def test_a_prefill_in_chunks_gives_the_logits_of_one_forward_and_tells_its_progr
     after = [lm.score([Entries([5, 1, 2], [-1, 0, -1])]).logits(0) for lm in (chunked, whole)]
     assert torch.allclose(after[0], after[1], atol=ROUNDING)
     assert told == {"chunked": [(end, len(prompt)) for end in range(8, len(prompt) + 1, 8)], "whole": []}
-
-
-def llamacpp_law(lm, prompt, processing, num_tokens, eos=EOS) -> dict[tuple, float]:
-    """The law of the next ``num_tokens`` tokens with llama.cpp's own forwards, each prefix's
-    row computed as decoding computes it (``alone``), stopping at EOS."""
-    law, finished = {(): 1.0}, {}
-    for _ in range(num_tokens):
-        grown = {}
-        for prefix, mass in law.items():
-            row = processing.probs(alone(lm, list(prompt) + list(prefix))[None]).double().numpy()[0]
-            row /= row.sum()
-            for token in np.flatnonzero(row > 0):
-                (finished if token == eos else grown)[prefix + (int(token),)] = mass * row[token]
-        law = grown
-    return {**finished, **law}
 
 
 def llamacpp_decoder(gguf_models, processing, drafter="model"):

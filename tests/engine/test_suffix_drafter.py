@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from support.models import EOS, SIGNIFICANCE, VOCAB, chi_square_pvalue, exact_sequence_law
+from support.lossless import llamacpp_law
 from specbound.engine import CausalLM, Decoder, Processing
 from specbound.engine.methods import Budget, Levels, build_method
 from specbound.engine.drafters import ModelDrafter, PromptLookupDrafter
@@ -220,7 +221,6 @@ def test_suffix_drafts_on_llama_cpp_generate_the_target_sequence_law(name, targe
     if not llamacpp.llama_cpp_available():
         pytest.skip("llama-cpp-python is not installed")
     from specbound.models.tiny import write_gguf
-    from test_llamacpp_backend import llamacpp_law
 
     model = llamacpp.LlamaCppModel(write_gguf(target_model, tmp_path / "target.gguf"), threads=1)
     method_name, options = CASES[name]

@@ -1,4 +1,6 @@
-"""Test instances: the public SPEC §4.4 fixtures and random (target, draft) pairs with zeros."""
+"""Test instances: the public SPEC §4.4 fixtures and random (target, draft) pairs with zeros;
+and the exact mass of drafts without replacement by enumeration, which several bounds tests
+compare against."""
 
 import numpy as np
 
@@ -33,3 +35,22 @@ def random_pair(rng: np.random.Generator, vocab: int, concentration: float = 0.7
         target[rng.integers(vocab)] = 0.0
         draft[rng.integers(vocab)] = 0.0
     return target / target.sum(), draft / draft.sum()
+
+
+def without_replacement_prefix_mass(draft, num_drafts):
+    """Q(H_k) for every prefix by enumerating ordered draws depth first, each step
+    renormalised by the sum of the unused masses (not 1 − used, which cancels badly next
+    to a dominant token). A draw sequence lies in H_k iff its largest token is < k."""
+    mass = np.zeros(len(draft) + 1)
+
+    def extend(prob, unused, largest, depth):
+        if depth == num_drafts:
+            mass[largest + 1 :] += prob
+            return
+        unused_mass = sum(draft[token] for token in unused)
+        for token in unused:
+            rest = [other for other in unused if other != token]
+            extend(prob * draft[token] / unused_mass, rest, max(largest, token), depth + 1)
+
+    extend(1.0, [int(token) for token in np.flatnonzero(draft > 0)], -1, 0)
+    return mass
