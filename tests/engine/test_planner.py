@@ -6,7 +6,8 @@ import torch
 from support.models import EOS, SIGNIFICANCE, chi_square_pvalue, exact_sequence_law
 from specbound.engine import CausalLM, Decoder, ModelDrafter, Processing
 from specbound.engine.costs import Costs
-from specbound.engine.planner import PLAN_HISTORY, Evidence, Planner
+from specbound.engine import planner as planner_module
+from specbound.engine.planner import Evidence, Planner
 from specbound.engine.precisions import AS_LOADED
 
 ROWS = (1, 2, 4, 8, 16, 32)
@@ -208,10 +209,13 @@ def test_a_plan_predicted_barely_faster_than_plain_decoding_is_not_taken():
     assert best.tokens_per_second > MIN_GAIN * clear.predict(clear.candidates[0]).tokens_per_second
 
 
-def test_a_long_lived_planner_keeps_its_latest_plans_and_describes_one_generation(target_model, draft_model):
+def test_a_long_lived_planner_keeps_its_latest_plans_and_describes_one_generation(target_model, draft_model,
+                                                                                   monkeypatch):
     """A server's planner plans for as long as it runs: it keeps the latest ``PLAN_HISTORY``
-    plans, counts them all, and ``describe(since=plans_made before a generation)`` gives that
-    generation's plans alone (what ``Speculator.generate`` returns as ``Result.plan``)."""
+    plans (16 here), counts them all, and ``describe(since=plans_made before a generation)``
+    gives that generation's plans alone (what ``Speculator.generate`` returns as
+    ``Result.plan``)."""
+    monkeypatch.setattr(planner_module, "PLAN_HISTORY", 16)
     decoder, planner = auto_decoder(target_model, draft_model, Processing())
     before = planner.plans_made
     decoder.generate([1], planner, 6, torch.Generator().manual_seed(0))
@@ -221,9 +225,9 @@ def test_a_long_lived_planner_keeps_its_latest_plans_and_describes_one_generatio
     decoder.generate([1], planner, 6, torch.Generator().manual_seed(1))
     second = planner.describe(since=middle)
     assert second and second.startswith("step 0:") and planner.describe() == f"{first}; {second}"
-    for step in range(2 * PLAN_HISTORY):
+    for step in range(32):
         planner.method_for(2 * step)
-    assert len(planner.history) == len(planner._optimistic_plans) == PLAN_HISTORY
-    assert planner.plans_made == middle + second.count("step ") + 2 * PLAN_HISTORY
+    assert len(planner.history) == len(planner._optimistic_plans) == 16
+    assert planner.plans_made == middle + second.count("step ") + 32
     assert planner.describe(since=planner.plans_made - 3).count("step ") == 3
-    assert planner.describe(since=0).count("step ") == PLAN_HISTORY  # the evicted ones are gone
+    assert planner.describe(since=0).count("step ") == 16  # the evicted ones are gone
