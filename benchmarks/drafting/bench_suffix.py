@@ -15,13 +15,14 @@ The suffix decoders keep their history of earlier outputs across turns, samples 
 prompts, as a server does across requests.
 
 **Replay** (``--replay``): plain decoding alone generates the workload's texts (kept line by
-line in ``--texts``: a rerun skips what is there), then every decoder whose drafts are fixed
-by the context is replayed on the same texts (``engine.replay``): at each step it accepts
-the deepest drafted path the target's text begins with — exactly in law what the engine
-accepts, with no target forward. The decoders are compared paired, on the same texts,
-without the noise of sampling different ones: suffix trees (``SUFFIX_TREE`` and a larger
-one), the same drafts as a chain of the tree's depth (the tree's most frequent path), our
-prompt lookup. One JSON record (``drafting/suffix_replay_<workload>.json``).
+line in ``--texts``: a rerun keeps those of the same seed, prompt, length and temperature),
+then every decoder whose drafts are fixed by the context is replayed on the same texts
+(``engine.replay``): at each step it accepts the deepest drafted path the target's text
+begins with — exactly in law what the engine accepts, with no target forward. The decoders
+are compared paired, on the same texts, without the noise of sampling different ones: suffix
+trees (``SUFFIX_TREE`` and a larger one), the same drafts as a chain of the tree's depth
+(the tree's most frequent path), our prompt lookup. One JSON record
+(``drafting/suffix_replay_<workload>.json``).
 
 **Live** (default): the decoders interleaved unit by unit in a rotating order (drift hits
 all alike), timed end to end:
@@ -149,17 +150,19 @@ def replayed(pair, processing, args) -> dict:
     """Plain decoding's texts of the workload (generated into ``args.texts`` where missing), then
     every fixed-draft decoder replayed on them (module docstring)."""
     texts = {(line["cluster"], line["unit"]): line for line in record.results(args.texts)
-             if line["max_new_tokens"] == args.max_new_tokens and line["temperature"] == args.temperature}
+             if (line["max_new_tokens"], line["temperature"]) == (args.max_new_tokens, args.temperature)}
     plain = engine_runner(*assemble(pair, processing, build_method("autoregressive")))
     lines = None
     order = []
     for index, (cluster, unit, prompt_ids) in enumerate(workload(args, pair, lambda *key: texts[key]["tokens"])):
-        if (cluster, unit) not in texts:
+        known = texts.get((cluster, unit))
+        if known is None or (known.get("seed"), known["prompt"]) != (args.seed + index, prompt_ids):
             lines = lines or record.Lines(args.texts)
             started = time.perf_counter()
             tokens, _ = plain(prompt_ids, args.seed + index, args.max_new_tokens)
             texts[cluster, unit] = {"cluster": cluster, "unit": unit, "prompt": prompt_ids, "tokens": list(tokens),
-                                    "max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
+                                    "max_new_tokens": args.max_new_tokens, "temperature": args.temperature,
+                                    "seed": args.seed + index}
             lines.append(texts[cluster, unit])
             print(f"{cluster} {unit}: {len(tokens)} tokens in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         order.append((cluster, unit))
