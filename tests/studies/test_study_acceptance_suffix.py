@@ -215,3 +215,17 @@ def test_the_draft_model_study_still_loads_its_draft(tmp_path, loads):
     assert main(command(tmp_path, "acceptance", "--num-drafts", "2", "--workers", "1", "--methods", "single")) == 0
     assert loads == [("default-target", "default-draft")]
 
+
+
+def test_the_suffix_tree_is_chosen_on_the_command_line_and_only_with_suffix_drafts(tmp_path, loads, capsys):
+    assert main(command(tmp_path, "acceptance", "--drafter", "suffix", "--suffix-tree", "6/3/3/2")) == 0
+    settings = json.loads((tmp_path / "out" / "acceptance" / "prompts" / "settings.json").read_text())
+    assert settings["suffix_tree"] == {"budget": 6, "depth": 3, "width": 3, "max_children": 2}
+    assert settings["suffix_chain"] == {"gamma": 3}
+    capsys.readouterr()
+    (tmp_path / "model").mkdir()
+    assert main(command(tmp_path / "model", "acceptance", "--suffix-tree", "6/3/3/2")) == 2
+    assert "--suffix-tree" in capsys.readouterr().err and len(loads) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        main(command(tmp_path / "model", "acceptance", "--drafter", "suffix", "--suffix-tree", "6/3"))
+    assert exit_info.value.code == 2 and "--suffix-tree" in capsys.readouterr().err

@@ -130,8 +130,10 @@ class AcceptanceStudy(Study):
 
     @classmethod
     def from_arguments(cls, args, generation: dict) -> AcceptanceStudy:
+        tree = dict(zip(("budget", "depth", "width", "max_children"), args.suffix_tree))
         return cls(num_drafts=args.num_drafts, methods=args.methods, generation_gamma=args.gamma,
-                   tail_budget=args.tail_budget, workers=args.workers, drafter=args.drafter, **generation)
+                   tail_budget=args.tail_budget, workers=args.workers, drafter=args.drafter,
+                   suffix_tree=tree if args.drafter == "suffix" else None, **generation)
 
     def settings(self) -> dict:
         if self.drafter == "suffix":

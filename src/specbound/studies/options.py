@@ -145,6 +145,10 @@ def acceptance_arguments(parser: argparse.ArgumentParser) -> None:
                         "chain's, and the tokens per target call of its tree and chain replayed on each text; its "
                         "history of earlier outputs spans the prompts, in unit order. The draft model's options, "
                         "--preset and --ray are refused with it (docs/studies.md)")
+    parser.add_argument("--suffix-tree", type=_drafted(_positives("/", 4, "16/8/4/3"), "sparse", "budget", "depth"),
+                        default=arguments.default([16, 8, 4, 3]),
+                        help="with --drafter suffix: the tree BUDGET/DEPTH/WIDTH/CHILDREN (nodes, levels, nodes a "
+                        "level, children a node) against its chain of DEPTH (default 16/8/4/3)")
 
 
 # What ``--drafter suffix`` leaves unused or cannot do: option -> why.
@@ -164,8 +168,11 @@ SUFFIX_REFUSES = {  # --preset first: it sets --num-drafts and --methods
 def apply_drafter(args: argparse.Namespace) -> None:
     """With ``--drafter suffix``: refuse, before anything loads, an option given that it
     leaves unused or cannot honour (``SUFFIX_REFUSES``), then ask for no draft model
-    (``args.draft`` None)."""
+    (``args.draft`` None). Without it, refuse ``--suffix-tree``, which only it reads."""
     if getattr(args, "drafter", "model") != "suffix":
+        if arguments.given(getattr(args, "suffix_tree", None)):
+            raise ValueError("suffix_tree: --suffix-tree shapes suffix decoding's tree; give --drafter suffix "
+                             "or leave --suffix-tree out")
         return
     for flag, why in SUFFIX_REFUSES.items():
         dest = flag.removeprefix("--").replace("-", "_")
@@ -271,6 +278,17 @@ def _entries(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected a non-negative integer (LP entries), got {text!r}")
     return int(text)
+
+
+def _positives(separator: str, count: int, example: str):
+    """``count`` positive integers joined by ``separator`` (a tuple), refused naming ``example``."""
+    def parse(text: str) -> tuple[int, ...]:
+        parts = [_positive(part.strip()) for part in text.split(separator)]
+        if len(parts) != count or None in parts:
+            raise argparse.ArgumentTypeError(f"expected {count} positive integers like {example!r}, got {text!r}")
+        return tuple(parts)
+
+    return parse
 
 
 def _pair_of_positives(separator: str):
