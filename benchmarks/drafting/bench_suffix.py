@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from benchmarks import record
+from benchmarks.llamacpp.bench_llamacpp import llama_runner
 from specbound.datasets import load_prompts
 from specbound.engine import Processing, build_method
 from specbound.engine.assembly import assemble
@@ -99,32 +100,6 @@ def engine_runner(decoder, method):
                                    "accepted": sum(stats.accepted_lengths),
                                    "decoding_seconds": stats.wall_seconds - stats.seconds["prefill"],
                                    "plan": method.describe(since=plans_before)}
-
-    return run
-
-
-def llama_runner(llama, temperature: float, stop_ids):
-    """llama-cpp-python's loop; its target forwards counted at ``eval`` (the first is the prompt's)."""
-    calls = [0]
-    evaluate = llama.eval
-
-    def counted(tokens):
-        calls[0] += 1
-        return evaluate(tokens)
-
-    llama.eval = counted
-
-    def run(prompt_ids, seed, max_new_tokens):
-        llama.reset()
-        llama.set_seed(seed)
-        calls[0] = 0
-        tokens = []
-        for token in llama.generate(prompt_ids, temp=temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
-                                    repeat_penalty=1.0):
-            tokens.append(int(token))
-            if token in stop_ids or len(tokens) >= max_new_tokens:
-                break
-        return tokens, {"target_calls": calls[0] - 1}
 
     return run
 

@@ -60,27 +60,43 @@ class GreedyDraft:
 
 
 def llama_runner(llama, temperature: float, stop_ids):
+    """llama-cpp-python's own generation loop on ``llama``, pure sampling at ``temperature``;
+    its target forwards counted at ``eval``. The prompt's eval counts: it gives the first token,
+    as our first decoding call does (ours prefills all but the prompt's last token), so plain
+    decoding is one token a call in both."""
+    calls = [0]
+    evaluate = llama.eval
+
+    def counted(tokens):
+        calls[0] += 1
+        return evaluate(tokens)
+
+    llama.eval = counted
+
     def run(prompt_ids, seed, max_new_tokens):
         llama.reset()
         llama.set_seed(seed)
+        calls[0] = 0
         tokens = []
         for token in llama.generate(prompt_ids, temp=temperature, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
                                     repeat_penalty=1.0):
             tokens.append(int(token))
             if token in stop_ids or len(tokens) >= max_new_tokens:
                 break
-        return tokens, {}
+        return tokens, {"target_calls": calls[0]}
 
     return run
 
 
 def engine_runner(decoder, method):
     def run(prompt_ids, seed, max_new_tokens):
-        planned = len(getattr(method, "history", []))
+        planned = method.plans_made
         generation = decoder.generate(prompt_ids, method, max_new_tokens, torch.Generator().manual_seed(seed))
         stats = generation.stats.to_dict()
-        if isinstance(method, Planner):  # the plans of this generation, with their predicted tokens/s
-            stats["plans"] = [f"{label} ({speed:.1f})" for _, label, speed in method.history[planned:]]
+        if isinstance(method, Planner):  # the plans of this generation (of the latest kept), predicted tokens/s
+            made = min(method.plans_made - planned, len(method.history))
+            kept = method.history[len(method.history) - made:]
+            stats["plans"] = [f"{label} ({speed:.1f})" for _, label, speed in kept]
         return generation.tokens, stats
 
     return run
